@@ -1,0 +1,40 @@
+# Two commands for a fresh machine:
+#   make train   set up .venv, then train the quickstart model on the built-in dataset
+#   make test    set up .venv with test extras, then run lint and the whole test suite
+# CPU installs pin torch through constraints-cpu.txt so pip never pulls a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PIP := $(VENV)/bin/pip
+CONSTRAINTS ?= constraints-cpu.txt
+RUN_DIR ?= outputs/quickstart
+
+.PHONY: train test lint format clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[test]'
+	touch $@
+
+train: $(VENV)/.installed
+	$(VENV)/bin/anemo-train --config-name=quickstart hydra.run.dir=$(RUN_DIR)
+
+test: $(VENV)/.installed-test lint
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+format: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
+
+clean:
+	rm -rf $(VENV) outputs build dist

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Forward+backward step time and memory of the anemo_like model at a given size: prints ONE JSON line.
+
+Flags and JSON field names follow the anchor harness (../shared/bench/anchor/run.py), so the two can be run
+side by side and tabulated together by its summarize.py. Example (case R):
+
+    python benchmarks/step_time.py --grid 96x192 --mesh-res 4 --channels 256 --layers 8 --heads 16 \
+        --num-vars 8 --multistep 2 --threads 1 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import time
+
+HARNESS_VERSION = 1
+
+
+def cpu_time_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_load() -> dict:
+    """Load average and CPU pressure: the machine may be shared."""
+    load = {"loadavg_1m": round(os.getloadavg()[0], 2)}
+    try:
+        with open("/proc/pressure/cpu") as f:
+            load["cpu_pressure_some_avg10"] = float(f.readline().split()[1].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return load
+
+
+def calibrate_matmul(torch, n: int = 1024, reps: int = 8) -> float:
+    """GFLOP/s of an fp32 n x n matmul: a machine-speed yardstick recorded beside each result."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def grid_coordinates(spec: str):
+    """'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N Fibonacci-sphere points. Degrees."""
+    import numpy as np
+
+    if "x" in spec:
+        nlat, nlon = (int(s) for s in spec.lower().split("x", 1))
+        lats = -90.0 + (np.arange(nlat) + 0.5) * 180.0 / nlat
+        lons = np.arange(nlon) * 360.0 / nlon
+        lat2, lon2 = np.meshgrid(lats, lons, indexing="ij")
+        return "latlon", lat2.ravel(), lon2.ravel()
+    n = int(spec)
+    i = np.arange(n) + 0.5
+    return "fibonacci", np.degrees(np.arcsin(1.0 - 2.0 * i / n)), np.mod(np.degrees(np.pi * (1 + 5**0.5) * i), 360.0)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("graph")
+    g.add_argument("--grid", default="32x64", help="NLATxNLON cell-centred lat/lon grid, or N Fibonacci points")
+    g.add_argument("--mesh-res", type=int, default=3, help="icosahedron refinements of the hidden mesh")
+    g.add_argument("--cutoff-factor", type=float, default=0.6)
+    g.add_argument("--knn", type=int, default=3)
+    m = p.add_argument_group("model")
+    m.add_argument("--processor", choices=["graphtransformer", "transformer"], default="graphtransformer")
+    m.add_argument("--channels", type=int, default=128)
+    m.add_argument("--heads", type=int, default=16)
+    m.add_argument("--layers", type=int, default=4)
+    m.add_argument("--mlp-hidden-ratio", type=float, default=4.0)
+    m.add_argument("--num-vars", type=int, default=8, help="prognostic variables")
+    m.add_argument("--multistep", type=int, default=2)
+    m.add_argument("--num-chunks-mapper", type=int, default=4)
+    m.add_argument("--num-chunks-processor", type=int, default=None, help="default: 4 if it divides --layers, else 1")
+    m.add_argument("--no-grad-checkpointing", action="store_true")
+    m.add_argument("--graph-attention-backend", choices=["reference"], default="reference")
+    m.add_argument("--window-size", type=int, default=512, help="transformer processor half window")
+    m.add_argument("--node-trainable", type=int, default=8)
+    m.add_argument("--edge-trainable", type=int, default=8)
+    r = p.add_argument_group("run")
+    r.add_argument("--warmup", type=int, default=2)
+    r.add_argument("--steps", type=int, default=5)
+    r.add_argument("--batch", type=int, default=1)
+    r.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch default)")
+    r.add_argument("--optim", choices=["none", "adamw"], default="none")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--label", default="")
+    r.add_argument("--out", default="", help="also append the JSON line to this file")
+    args = p.parse_args(argv)
+    if args.num_chunks_processor is None:
+        args.num_chunks_processor = 4 if args.layers % 4 == 0 else 1
+    if args.channels % args.heads:
+        p.error(f"--channels ({args.channels}) must be divisible by --heads ({args.heads})")
+    return args
+
+
+def graph_summary(graph) -> dict:
+    def edges(kind: tuple[str, str, str]) -> int:
+        return int(graph[kind].edge_index.shape[1]) if kind in graph.edge_types else 0
+
+    return {
+        "data_nodes": int(graph["data"].num_nodes),
+        "hidden_nodes": int(graph["hidden"].num_nodes),
+        "edges_data2hidden": edges(("data", "to", "hidden")),
+        "edges_hidden2hidden": edges(("hidden", "to", "hidden")),
+        "edges_hidden2data": edges(("hidden", "to", "data")),
+        "edge_attr_dim": int(graph[("data", "to", "hidden")].edge_attr.shape[1]),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    start_import = time.perf_counter()
+    import numpy as np
+    import torch
+    import torch_geometric
+
+    import anemo_like
+    from anemo_like.config.schema import ModelConfig
+    from anemo_like.graphs import build_graph
+    from anemo_like.models import ForecastModel, VariableLayout
+    from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+
+    time_import = time.perf_counter() - start_import
+    rss_after_import = current_rss_mib()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+
+    peak_reset = reset_peak_rss()
+    start = time.perf_counter()
+    kind, lat, lon = grid_coordinates(args.grid)
+    graph = build_graph(
+        lat,
+        lon,
+        mesh_resolution=args.mesh_res,
+        cutoff_factor=args.cutoff_factor,
+        knn=args.knn,
+        processor_edges=args.processor == "graphtransformer",
+    )
+    time_graph = time.perf_counter() - start
+    peak_graph = peak_rss_mib()
+
+    reset_peak_rss()
+    start = time.perf_counter()
+    model_config = ModelConfig(
+        num_channels=args.channels,
+        num_heads=args.heads,
+        mlp_hidden_ratio=args.mlp_hidden_ratio,
+        trainable={"nodes": args.node_trainable, "edges": args.edge_trainable},
+        graph_attention_backend=args.graph_attention_backend,
+        encoder={"num_chunks": args.num_chunks_mapper, "gradient_checkpointing": not args.no_grad_checkpointing},
+        decoder={"num_chunks": args.num_chunks_mapper, "gradient_checkpointing": not args.no_grad_checkpointing},
+        processor={
+            "type": args.processor,
+            "num_layers": args.layers,
+            "num_chunks": args.num_chunks_processor,
+            "gradient_checkpointing": not args.no_grad_checkpointing,
+            "window_size": args.window_size,
+        },
+    )
+    prognostic = list(range(args.num_vars))
+    layout = VariableLayout(
+        num_input=args.num_vars,
+        num_output=args.num_vars,
+        prognostic_input=prognostic,
+        prognostic_output=prognostic,
+        relu_floor={0: 0.0},  # like the anchor's ReLU bounding of its first variable
+    )
+    model = ForecastModel(config=model_config, graph=graph, layout=layout, multistep=args.multistep)
+    model.train()
+    time_model = time.perf_counter() - start
+    peak_model = peak_rss_mib()
+    n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    grid = graph["data"].num_nodes
+    generator = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator)
+    y = torch.randn(args.batch, grid, args.num_vars, generator=generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
+
+    def step() -> tuple[float, float, float, float]:
+        cpu_start, wall_start = cpu_time_s(), time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        wall_mid = time.perf_counter()
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        wall_end, cpu_end = time.perf_counter(), cpu_time_s()
+        model.zero_grad(set_to_none=True)
+        return wall_mid - wall_start, wall_end - wall_mid, cpu_end - cpu_start, float(loss.detach())
+
+    calib_before = calibrate_matmul(torch)
+    load_before = machine_load()
+    rss_before_steps = current_rss_mib()
+    reset_peak_rss()
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    time_warmup = time.perf_counter() - start
+    forward, backward, total, cpu, losses = [], [], [], [], []
+    for _ in range(args.steps):
+        f, b, c, loss = step()
+        forward.append(f)
+        backward.append(b)
+        total.append(f + b)
+        cpu.append(c)
+        losses.append(loss)
+    peak_steps = peak_rss_mib()
+    load_after = machine_load()
+    calib_after = calibrate_matmul(torch)
+
+    def mib(value: float | None) -> float | None:
+        return None if value is None else round(value, 1)
+
+    result = {
+        "system": "anemo_like",
+        "harness_version": HARNESS_VERSION,
+        "label": args.label,
+        "versions": {
+            "anemo_like": anemo_like.__version__,
+            "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__,
+            "python": platform.python_version(),
+        },
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+        },
+        "env": {
+            k: v
+            for k, v in sorted(os.environ.items())
+            if k.startswith(("MALLOC_", "OMP_", "MKL_", "KMP_", "LD_PRELOAD", "ANEMOI_", "PYTORCH_", "TORCH_"))
+        },
+        "args": {
+            "grid": args.grid,
+            "grid_kind": kind,
+            "mesh_res": args.mesh_res,
+            "cutoff_factor": args.cutoff_factor,
+            "knn": args.knn,
+            "processor": args.processor,
+            "channels": args.channels,
+            "heads": args.heads,
+            "layers": args.layers,
+            "mlp_hidden_ratio": args.mlp_hidden_ratio,
+            "num_vars": args.num_vars,
+            "multistep": args.multistep,
+            "num_chunks_mapper": args.num_chunks_mapper,
+            "num_chunks_processor": args.num_chunks_processor,
+            "grad_checkpointing": not args.no_grad_checkpointing,
+            "batch": args.batch,
+            "warmup": args.warmup,
+            "steps": args.steps,
+            "optim": args.optim,
+            "seed": args.seed,
+            "window_size": args.window_size if args.processor == "transformer" else None,
+            "graph_attention_backend": args.graph_attention_backend,
+        },
+        "graph": graph_summary(graph),
+        "params": n_params,
+        "params_trainable": n_trainable,
+        "time_import_s": round(time_import, 3),
+        "time_graph_build_s": round(time_graph, 3),
+        "time_model_build_s": round(time_model, 3),
+        "time_warmup_total_s": round(time_warmup, 3),
+        "step_s_median": round(statistics.median(total), 4),
+        "step_s_min": round(min(total), 4),
+        "step_s_max": round(max(total), 4),
+        "fwd_s_median": round(statistics.median(forward), 4),
+        "bwd_s_median": round(statistics.median(backward), 4),
+        "step_s_all": [round(t, 4) for t in total],
+        "step_cpu_s_median": round(statistics.median(cpu), 4),
+        "machine_load_before": load_before,
+        "machine_load_after": load_after,
+        "calib_matmul_gflops_before": round(calib_before, 1),
+        "calib_matmul_gflops_after": round(calib_after, 1),
+        "loss_first": losses[0],
+        "loss_finite": all(math.isfinite(v) for v in losses),
+        "peak_rss_mib": mib(max(v for v in (peak_graph, peak_model, peak_steps) if v is not None)),
+        "peak_rss_graph_build_mib": mib(peak_graph),
+        "peak_rss_model_build_mib": mib(peak_model),
+        "peak_rss_steps_mib": mib(peak_steps),
+        "rss_after_import_mib": mib(rss_after_import),
+        "rss_before_steps_mib": mib(rss_before_steps),
+        "peak_rss_steps_delta_mib": mib(peak_steps - rss_before_steps),
+        "peak_reset_per_phase": peak_reset,
+        "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
+    }
+    line = json.dumps(result)
+    print(line, flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

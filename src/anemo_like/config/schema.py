@@ -1,0 +1,229 @@
+"""Validated run configuration: the pydantic mirror of the Hydra YAML tree in ``training/config``.
+
+Every model forbids unknown keys, so a typo fails before any work starts. This module imports no torch,
+so validation runs in well under a second.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NormalizerName = Literal["mean-std", "min-max", "none"]
+ComputedForcing = Literal["cos_julian_day", "sin_julian_day", "cos_local_time", "sin_local_time"]
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, values are type-checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+# ----------------------------------------------------------------------------------------------- data
+class VariablesConfig(Strict):
+    """Role of each dataset variable. Prognostic: input and output; forcing: input only; diagnostic: output only."""
+
+    prognostic: list[str] = Field(min_length=1)
+    forcing: list[str] = []
+    diagnostic: list[str] = []
+    computed_forcing: list[ComputedForcing] = []
+
+    @model_validator(mode="after")
+    def _roles_are_disjoint(self) -> VariablesConfig:
+        seen: dict[str, str] = {}
+        for role in ("prognostic", "forcing", "diagnostic"):
+            for name in getattr(self, role):
+                if name in seen:
+                    raise ValueError(f"variable '{name}' is listed as both {seen[name]} and {role}")
+                seen[name] = role
+        return self
+
+
+class NormalizerConfig(Strict):
+    """Per-variable normalisation from the dataset statistics."""
+
+    default: NormalizerName = "mean-std"
+    per_variable: dict[str, NormalizerName] = {}
+
+
+class DateWindow(Strict):
+    """Inclusive date window; ``None`` means the dataset's first (start) or last (end) date."""
+
+    start: str | None = None
+    end: str | None = None
+
+
+class SplitsConfig(Strict):
+    train: DateWindow = DateWindow()
+    val: DateWindow = DateWindow()
+
+
+class DataConfig(Strict):
+    dataset: str = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
+    builtin_seed: int = 0
+    variables: VariablesConfig
+    normalizer: NormalizerConfig = NormalizerConfig()
+    splits: SplitsConfig = SplitsConfig()
+    timestep: str = Field("6h", pattern=r"^\d+[mhd]$", description="model time step, a multiple of the data frequency")
+
+
+class BatchSizes(Strict):
+    train: int = Field(2, ge=1)
+    val: int = Field(4, ge=1)
+
+
+class Workers(Strict):
+    train: int = Field(0, ge=0)
+    val: int = Field(0, ge=0)
+
+
+class DataloaderConfig(Strict):
+    batch_size: BatchSizes = BatchSizes()
+    num_workers: Workers = Workers()
+    limit_val_batches: int | None = Field(None, ge=1)
+
+
+# ---------------------------------------------------------------------------------------------- graph
+class GraphConfig(Strict):
+    mesh_resolution: int = Field(4, ge=0, le=9, description="icosahedron refinements: 10*4^r+2 hidden nodes")
+    cutoff_factor: float = Field(0.6, gt=0)
+    knn: int = Field(3, ge=1)
+    cache: bool = True
+
+
+# ---------------------------------------------------------------------------------------------- model
+class MapperConfig(Strict):
+    num_chunks: int = 1
+    gradient_checkpointing: bool = True
+
+    @field_validator("num_chunks")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if not _is_power_of_two(v):
+            raise ValueError(f"must be a power of two (1, 2, 4, ...), got {v}")
+        return v
+
+
+class ProcessorConfig(Strict):
+    type: Literal["graphtransformer", "transformer"] = "graphtransformer"
+    num_layers: int = Field(4, ge=1)
+    num_chunks: int = Field(1, ge=1, description="checkpoint segments: consecutive layers grouped per segment")
+    gradient_checkpointing: bool = True
+    window_size: int = Field(512, ge=1, description="transformer only: half width of the sliding window (nodes)")
+
+    @model_validator(mode="after")
+    def _chunks_fit_layers(self) -> ProcessorConfig:
+        if self.num_chunks > self.num_layers:
+            raise ValueError(f"num_chunks ({self.num_chunks}) must be at most num_layers ({self.num_layers})")
+        return self
+
+
+class TrainableSizes(Strict):
+    """Zero-initialised trainable features appended to node and edge inputs."""
+
+    nodes: int = Field(8, ge=0)
+    edges: int = Field(8, ge=0)
+
+
+class ModelConfig(Strict):
+    num_channels: int = Field(128, ge=1)
+    num_heads: int = Field(8, ge=1)
+    mlp_hidden_ratio: float = Field(4.0, gt=0)
+    trainable: TrainableSizes = TrainableSizes()
+    latent_skip: bool = True
+    graph_attention_backend: Literal["reference"] = "reference"
+    encoder: MapperConfig = MapperConfig()
+    decoder: MapperConfig = MapperConfig()
+    processor: ProcessorConfig = ProcessorConfig()
+    relu_bounded: list[str] = Field([], description="output variables clamped at zero (e.g. precipitation)")
+
+    @model_validator(mode="after")
+    def _heads_divide_channels(self) -> ModelConfig:
+        if self.num_channels % self.num_heads:
+            raise ValueError(f"num_channels ({self.num_channels}) must be divisible by num_heads ({self.num_heads})")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- training
+class RolloutConfig(Strict):
+    """Autoregressive steps in the loss: ``start``, raised by one every ``increase_every`` steps up to ``max``."""
+
+    start: int = Field(1, ge=1)
+    max: int = Field(1, ge=1)
+    increase_every: int = Field(0, ge=0, description="0 keeps the rollout at start")
+
+    @model_validator(mode="after")
+    def _start_le_max(self) -> RolloutConfig:
+        if self.start > self.max:
+            raise ValueError(f"start ({self.start}) must be at most max ({self.max})")
+        return self
+
+
+class OptimizerConfig(Strict):
+    lr: float = Field(1e-3, gt=0)
+    lr_min: float = Field(1e-5, ge=0)
+    warmup_steps: int = Field(50, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.1, ge=0)
+    gradient_clip_norm: float | None = Field(1.0, gt=0)
+
+
+class TrainingConfig(Strict):
+    seed: int = 42
+    multistep_input: int = Field(2, ge=1)
+    rollout: RolloutConfig = RolloutConfig()
+    val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
+    max_steps: int = Field(1000, ge=1)
+    max_minutes: float | None = Field(None, gt=0, description="stop early when this wall-clock budget is spent")
+    val_every_n_steps: int = Field(200, ge=1)
+    checkpoint_every_n_steps: int = Field(200, ge=1)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    variable_loss_weights: dict[str, float] = {}
+    resume: str | None = Field(None, description="path of a training checkpoint to continue from")
+
+
+# --------------------------------------------------------------------------------------------- system
+class HardwareConfig(Strict):
+    accelerator: Literal["auto", "cpu", "cuda"] = "auto"
+    num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; None keeps torch's default")
+
+
+class PathsConfig(Strict):
+    output: str = Field(description="run folder for checkpoints, metrics and plots")
+    cache: str = Field(description="folder for the built-in dataset and cached graphs")
+
+
+class SystemConfig(Strict):
+    hardware: HardwareConfig = HardwareConfig()
+    paths: PathsConfig
+
+
+class DiagnosticsConfig(Strict):
+    log_every_n_steps: int = Field(10, ge=1)
+    progress_bar: bool = True
+    plots: bool = True
+    plot_variable: str | None = Field(None, description="variable of the forecast map; default: first prognostic")
+
+
+class RunConfig(Strict):
+    """The whole composed configuration of one ``anemo-train`` run."""
+
+    data: DataConfig
+    dataloader: DataloaderConfig = DataloaderConfig()
+    graph: GraphConfig = GraphConfig()
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    system: SystemConfig
+    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+
+    @model_validator(mode="after")
+    def _cross_section_rules(self) -> RunConfig:
+        unknown = set(self.model.relu_bounded) - set(self.data.variables.prognostic + self.data.variables.diagnostic)
+        if unknown:
+            raise ValueError(f"model.relu_bounded names {sorted(unknown)}, which are not output variables")
+        return self

@@ -1,0 +1,89 @@
+"""Turn a composed Hydra config into a validated :class:`RunConfig`, with errors a person can act on."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from anemo_like.config.schema import RunConfig
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names each offending key, its value and what is allowed."""
+
+
+def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """Field names allowed at ``path`` (the parent of the offending key), walking the schema."""
+    current: Any = model
+    for part in path:
+        field = current.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if current is None:
+            return []
+    return list(current.model_fields)
+
+
+def _value_at(config: Mapping[str, Any], path: tuple[str | int, ...]) -> Any:
+    value: Any = config
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _describe(error: dict[str, Any], config: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join(str(p) for p in loc) or "<root>"
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(RunConfig, loc[:-1])
+        guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f" (did you mean '{'.'.join([*map(str, loc[:-1]), guess[0]])}'?)" if guess else ""
+        return f"unknown config key '{key}'{hint}; allowed here: {', '.join(allowed)}"
+    value = _value_at(config, loc)
+    if error["type"] == "missing" or value == "???":
+        return f"missing config key '{key}': set it in the config or on the command line ({key}=...)"
+    return f"config key '{key}' = {value!r}: {error['msg']}"
+
+
+def validate_config(config: Mapping[str, Any]) -> RunConfig:
+    """Validate a resolved config mapping; raise :class:`ConfigError` listing every problem."""
+    try:
+        return RunConfig.model_validate(config)
+    except ValidationError as exc:
+        lines = [_describe(err, config) for err in exc.errors()]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def check_override_keys(arguments: list[str]) -> None:
+    """Reject command-line overrides ``key=value`` whose key the schema does not know, with a suggestion.
+
+    Hydra's own flags, ``hydra.*`` keys, config-group choices (``model=transformer``) and explicit additions or
+    deletions (``+key=...``, ``~key``) are left to Hydra.
+    """
+    problems = []
+    for argument in arguments:
+        if argument.startswith(("-", "+", "~")) or "=" not in argument:
+            continue
+        path = tuple(argument.split("=", 1)[0].split("."))
+        if path[0] == "hydra" or (len(path) == 1 and path[0] in RunConfig.model_fields):
+            continue
+        for depth in range(len(path)):
+            allowed = _allowed_keys(RunConfig, path[:depth])
+            if not allowed:  # free-form mapping (e.g. per-variable weights): anything goes below here
+                break
+            if path[depth] not in allowed:
+                guess = difflib.get_close_matches(path[depth], allowed, n=1)
+                hint = f" (did you mean '{'.'.join([*path[:depth], guess[0]])}'?)" if guess else ""
+                problems.append(f"unknown config key '{'.'.join(path)}'{hint}; allowed here: {', '.join(allowed)}")
+                break
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

@@ -1,0 +1,47 @@
+"""Which dataset variables are read, and where each role sits in the sample and model tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anemo_like.config.schema import VariablesConfig
+
+
+@dataclass(frozen=True)
+class VariableRoles:
+    """Sample variable axis = [prognostic, forcing, diagnostic, computed forcing].
+
+    Model input = [prognostic, forcing, computed forcing]; model output = [prognostic, diagnostic].
+    """
+
+    prognostic: list[str]
+    forcing: list[str]
+    diagnostic: list[str]
+    computed: list[str]
+
+    @classmethod
+    def from_config(cls, config: VariablesConfig) -> VariableRoles:
+        return cls(
+            list(config.prognostic), list(config.forcing), list(config.diagnostic), list(config.computed_forcing)
+        )
+
+    @property
+    def read(self) -> list[str]:
+        """Variables read from the dataset, in sample order."""
+        return self.prognostic + self.forcing + self.diagnostic
+
+    @property
+    def sample(self) -> list[str]:
+        return self.read + self.computed
+
+    @property
+    def input(self) -> list[str]:
+        return self.prognostic + self.forcing + self.computed
+
+    @property
+    def output(self) -> list[str]:
+        return self.prognostic + self.diagnostic
+
+    def sample_positions(self, names: list[str]) -> list[int]:
+        index = {name: i for i, name in enumerate(self.sample)}
+        return [index[n] for n in names]

@@ -1,0 +1,78 @@
+"""On-disk cache of built graphs, keyed by the grid coordinates and the graph specification."""
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import HeteroData
+
+from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.graphs.builder import build_graph
+from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors
+
+LOGGER = logging.getLogger(__name__)
+
+# Bump when the graph construction changes so that stale cache files are not reused.
+_CACHE_FORMAT_VERSION = 1
+
+
+def graph_cache_key(
+    latitudes_deg: np.ndarray,
+    longitudes_deg: np.ndarray,
+    *,
+    mesh_resolution: int,
+    cutoff_factor: float,
+    knn: int,
+    processor_edges: bool,
+) -> str:
+    """16-hex-digit hash of the coordinates (as float64 degrees) and every build argument."""
+    spec = {
+        "version": _CACHE_FORMAT_VERSION,
+        "mesh_resolution": int(mesh_resolution),
+        "cutoff_factor": float(cutoff_factor),
+        "knn": int(knn),
+        "processor_edges": bool(processor_edges),
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+    for coordinates in (latitudes_deg, longitudes_deg):
+        array = np.ascontiguousarray(coordinates, dtype=np.float64)
+        digest.update(str(array.shape).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_or_build_graph(
+    latitudes_deg: np.ndarray,
+    longitudes_deg: np.ndarray,
+    *,
+    cache_dir: Path | None,
+    mesh_resolution: int,
+    cutoff_factor: float = 0.6,
+    knn: int = 3,
+    processor_edges: bool = True,
+) -> HeteroData:
+    """`build_graph`, reusing cache_dir/graph-<key>.pt when present; cache_dir None disables caching."""
+    spec = {
+        "mesh_resolution": mesh_resolution,
+        "cutoff_factor": cutoff_factor,
+        "knn": knn,
+        "processor_edges": processor_edges,
+    }
+    if cache_dir is None:
+        return build_graph(latitudes_deg, longitudes_deg, **spec)
+
+    path = Path(cache_dir) / f"graph-{graph_cache_key(latitudes_deg, longitudes_deg, **spec)}.pt"
+    if path.exists():
+        start = time.perf_counter()
+        graph = graph_from_tensors(torch.load(path, weights_only=True))
+        LOGGER.info("Loaded graph from %s in %.2f s", path, time.perf_counter() - start)
+        return graph
+
+    graph = build_graph(latitudes_deg, longitudes_deg, **spec)
+    atomic_torch_save(graph_to_tensors(graph), path)
+    LOGGER.info("Cached graph at %s", path)
+    return graph

@@ -1,0 +1,69 @@
+"""Flatten a HeteroData graph into plain tensors (for torch.save / weights_only loads) and back."""
+
+import hashlib
+
+import torch
+from torch_geometric.data import HeteroData
+
+_NODE_PREFIX = "node"
+_EDGE_PREFIX = "edge"
+_GLOBAL_PREFIX = "global"
+_SEPARATOR = "/"
+# Key of the graph-level attributes in HeteroData.to_dict() / HeteroData.from_dict().
+_GLOBAL_STORE = "_global_store"
+
+
+def _scalar_tensor(value: bool | int | float | torch.Tensor, key: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, bool):
+        return torch.tensor(value, dtype=torch.bool)
+    if isinstance(value, int):
+        return torch.tensor(value, dtype=torch.int64)
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=torch.float64)
+    raise TypeError(f"graph attribute {key!r} has unsupported type {type(value).__name__}")
+
+
+def graph_to_tensors(graph: HeteroData) -> dict[str, torch.Tensor]:
+    """Flat {name: tensor} dict holding every node, edge and global attribute of `graph`.
+
+    Names are "node/<type>/<attr>", "edge/<src>/<rel>/<dst>/<attr>" and "global/<attr>"; global
+    bool/int/float values become 0-d tensors.
+    """
+    tensors = {}
+    for node_type in graph.node_types:
+        for attr, value in graph[node_type].items():
+            tensors[_SEPARATOR.join((_NODE_PREFIX, node_type, attr))] = _scalar_tensor(value, attr)
+    for edge_type in graph.edge_types:
+        for attr, value in graph[edge_type].items():
+            tensors[_SEPARATOR.join((_EDGE_PREFIX, *edge_type, attr))] = _scalar_tensor(value, attr)
+    for attr, value in graph.to_dict()[_GLOBAL_STORE].items():
+        tensors[_SEPARATOR.join((_GLOBAL_PREFIX, attr))] = _scalar_tensor(value, attr)
+    return tensors
+
+
+def graph_from_tensors(tensors: dict[str, torch.Tensor]) -> HeteroData:
+    """Inverse of `graph_to_tensors`; 0-d globals come back as Python scalars."""
+    mapping: dict = {_GLOBAL_STORE: {}}
+    for name, tensor in tensors.items():
+        prefix, *parts = name.split(_SEPARATOR)
+        if prefix == _NODE_PREFIX and len(parts) == 2:
+            mapping.setdefault(parts[0], {})[parts[1]] = tensor
+        elif prefix == _EDGE_PREFIX and len(parts) == 4:
+            mapping.setdefault(tuple(parts[:3]), {})[parts[3]] = tensor
+        elif prefix == _GLOBAL_PREFIX and len(parts) == 1:
+            mapping[_GLOBAL_STORE][parts[0]] = tensor.item() if tensor.dim() == 0 else tensor
+        else:
+            raise ValueError(f"unrecognised graph tensor name {name!r}")
+    return HeteroData.from_dict(mapping)
+
+
+def graph_fingerprint(graph: HeteroData) -> str:
+    """16-hex-digit SHA-256 of every tensor's name, dtype, shape and bytes; stable across runs."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(graph_to_tensors(graph).items()):
+        contiguous = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{contiguous.dtype}|{tuple(contiguous.shape)}|".encode())
+        digest.update(contiguous.numpy().tobytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,83 @@
+"""The inference checkpoint: weights plus everything needed to run the model (config, variables, statistics, graph).
+
+Saved as plain tensors and primitives, so ``torch.load(path, weights_only=True)`` reads it without importing or
+trusting pickled code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.data import HeteroData
+
+import anemo_like
+from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.config.schema import RunConfig
+from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.variables import VariableRoles
+from anemo_like.graphs import graph_from_tensors, graph_to_tensors
+from anemo_like.models.forecast_model import ForecastModel, VariableLayout
+
+INFERENCE_FORMAT = "anemo_like-inference-v1"
+
+
+@dataclass
+class InferenceBundle:
+    """A ready-to-run model and what it was trained with."""
+
+    model: ForecastModel
+    config: RunConfig
+    roles: VariableRoles
+    normalizer: Normalizer
+    graph: HeteroData
+
+
+def save_inference_checkpoint(
+    path: Path,
+    *,
+    model: ForecastModel,
+    config: RunConfig,
+    roles: VariableRoles,
+    normalizer: Normalizer,
+    graph: HeteroData,
+) -> None:
+    layout = asdict(model.layout)
+    atomic_torch_save(
+        {
+            "format": INFERENCE_FORMAT,
+            "package_version": anemo_like.__version__,
+            "config": config.model_dump_json(),
+            "state_dict": model.state_dict(),
+            "graph": graph_to_tensors(graph),
+            "roles": asdict(roles),
+            "layout": layout,
+            "normalizer": {
+                "names": normalizer.names,
+                "offset": torch.from_numpy(normalizer.offset),
+                "scale": torch.from_numpy(normalizer.scale),
+            },
+        },
+        path,
+    )
+
+
+def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
+    """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"inference checkpoint {path} does not exist")
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
+        raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
+    config = RunConfig.model_validate_json(state["config"])
+    graph = graph_from_tensors(state["graph"])
+    layout = VariableLayout(**state["layout"])
+    model = ForecastModel(config=config.model, graph=graph, layout=layout, multistep=config.training.multistep_input)
+    model.load_state_dict(state["state_dict"])
+    norm = state["normalizer"]
+    normalizer = Normalizer(list(norm["names"]), np.asarray(norm["offset"]), np.asarray(norm["scale"]))
+    return InferenceBundle(model.to(device).eval(), config, VariableRoles(**state["roles"]), normalizer, graph)

@@ -1,0 +1,46 @@
+"""Activation checkpointing helpers shared by mappers and processors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+
+def maybe_checkpoint(enabled: bool, fn: Callable[..., Tensor], *args: object) -> Tensor:
+    """Run ``fn(*args)``; when ``enabled`` and gradients are on, keep only its inputs and recompute in backward."""
+    if enabled and torch.is_grad_enabled():
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def balanced_bounds(total: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``range(total)`` into ``parts`` contiguous ranges whose sizes differ by at most one."""
+    parts = max(1, min(parts, total)) if total else 1
+    base, extra = divmod(total, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (i < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def run_layer_segments(
+    layers: Sequence[nn.Module], x: Tensor, *, num_segments: int, checkpointing: bool, **kwargs: Tensor
+) -> Tensor:
+    """Apply ``layers`` in order, grouped into ``num_segments`` checkpoint segments of consecutive layers."""
+
+    def run(start: int, stop: int) -> Callable[[Tensor], Tensor]:
+        def segment(h: Tensor) -> Tensor:
+            for layer in layers[start:stop]:
+                h = layer(h, **kwargs)
+            return h
+
+        return segment
+
+    for start, stop in balanced_bounds(len(layers), num_segments):
+        x = maybe_checkpoint(checkpointing, run(start, stop), x)
+    return x

@@ -1,0 +1,115 @@
+"""Graph-transformer mapper: moves features from one node set to another over a bipartite graph.
+
+The encoder maps data nodes to hidden (mesh) nodes, the decoder maps hidden nodes back to data nodes. Work is
+split into contiguous chunks of destination nodes; because edges are sorted by destination, each chunk owns one
+contiguous edge slice. A chunk embeds only the source rows it references, runs the block and writes its rows of
+one preallocated output. Each chunk is checkpointed, so backward holds one chunk's edge messages at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from anemo_like.models.block import GraphTransformerBlock
+from anemo_like.models.checkpointing import balanced_bounds, maybe_checkpoint
+
+
+@dataclass(frozen=True)
+class MapperChunk:
+    """One destination chunk: rows [dst_start, dst_stop), edges [edge_start, edge_stop) and the sources they use."""
+
+    dst_start: int
+    dst_stop: int
+    edge_start: int
+    edge_stop: int
+    src_index: Tensor  # (S_chunk,) global source rows referenced by the chunk's edges
+    edge_index: Tensor  # (2, E_chunk) relabelled: sources into src_index, destinations from dst_start
+
+
+def plan_chunks(edge_index: Tensor, num_dst: int, num_chunks: int) -> list[MapperChunk]:
+    """Split destination-sorted ``edge_index`` (2, E) into ``num_chunks`` balanced destination chunks."""
+    dst = edge_index[1]
+    if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):
+        raise ValueError("mapper edges must be sorted by destination node")
+    chunks = []
+    for dst_start, dst_stop in balanced_bounds(num_dst, num_chunks):
+        edge_start, edge_stop = (
+            int(i) for i in torch.searchsorted(dst, torch.tensor([dst_start, dst_stop], device=dst.device))
+        )
+        src_index, src_local = torch.unique(edge_index[0, edge_start:edge_stop], return_inverse=True)
+        local = torch.stack([src_local, dst[edge_start:edge_stop] - dst_start])
+        chunks.append(MapperChunk(dst_start, dst_stop, edge_start, edge_stop, src_index, local))
+    return chunks
+
+
+class GraphTransformerMapper(nn.Module):
+    """Encoder (``src_in_channels`` set: sources are embedded) or decoder (``out_channels`` set: LN + Linear head)."""
+
+    def __init__(
+        self,
+        *,
+        src_in_channels: int | None,
+        dst_in_channels: int,
+        channels: int,
+        out_channels: int | None,
+        edge_attr: Tensor,
+        edge_index: Tensor,
+        num_dst: int,
+        trainable_edge_size: int,
+        num_heads: int,
+        mlp_hidden_ratio: float,
+        num_chunks: int,
+        gradient_checkpointing: bool,
+        backend: str,
+    ) -> None:
+        super().__init__()
+        self.num_dst = num_dst
+        self.num_chunks = num_chunks
+        self.gradient_checkpointing = gradient_checkpointing
+        self.register_buffer("edge_attr", edge_attr.float(), persistent=False)
+        self.register_buffer("edge_index", edge_index.long(), persistent=False)
+        self.trainable_edges = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_edge_size))
+        self.embed_src = nn.Linear(src_in_channels, channels) if src_in_channels is not None else nn.Identity()
+        self.embed_dst = nn.Linear(dst_in_channels, channels)
+        self.block = GraphTransformerBlock(
+            channels=channels,
+            edge_dim=edge_attr.shape[1] + trainable_edge_size,
+            num_heads=num_heads,
+            mlp_hidden_ratio=mlp_hidden_ratio,
+            bipartite=True,
+            backend=backend,
+        )
+        self.head = (
+            nn.Sequential(nn.LayerNorm(channels), nn.Linear(channels, out_channels))
+            if out_channels is not None
+            else nn.Identity()
+        )
+        self.out_channels = out_channels or channels
+        self._plans: dict[tuple[int, torch.device], list[MapperChunk]] = {}
+
+    def chunks(self, num_chunks: int) -> list[MapperChunk]:
+        """The chunk plan for ``num_chunks``, built once per chunk count and device."""
+        key = (num_chunks, self.edge_index.device)
+        if key not in self._plans:
+            self._plans[key] = plan_chunks(self.edge_index, self.num_dst, num_chunks)
+        return self._plans[key]
+
+    def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: MapperChunk) -> Tensor:
+        src = self.embed_src(x_src.index_select(1, chunk.src_index))
+        dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
+        edges = slice(chunk.edge_start, chunk.edge_stop)
+        edge_attr = torch.cat([self.edge_attr[edges], self.trainable_edges[edges]], dim=-1)
+        return self.head(self.block(src, dst, edge_attr, chunk.edge_index))
+
+    def forward(self, x_src: Tensor, x_dst: Tensor, num_chunks: int | None = None) -> Tensor:
+        """x_src: (B, N_src, src_in), x_dst: (B, N_dst, dst_in) -> (B, N_dst, out_channels)."""
+        out = x_dst.new_empty(x_dst.shape[0], self.num_dst, self.out_channels)
+        checkpointing = self.gradient_checkpointing and self.training
+        for chunk in self.chunks(num_chunks or self.num_chunks):
+            out[:, chunk.dst_start : chunk.dst_stop] = maybe_checkpoint(
+                checkpointing, self._run_chunk, x_src, x_dst, chunk
+            )
+        return out

@@ -1,0 +1,104 @@
+"""Processors: update the hidden (mesh) node features with a stack of layers.
+
+``GraphTransformerProcessor`` attends over the multi-scale mesh edges; ``TransformerProcessor`` attends over
+a sliding window of hidden nodes in their index order. Layers are grouped into ``num_chunks`` checkpoint
+segments, so backward stores the inputs of each segment only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from anemo_like.models.block import GraphTransformerBlock
+from anemo_like.models.checkpointing import run_layer_segments
+from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
+
+
+class _ProcessorLayer(nn.Module):
+    """A graph-transformer block on one node set (sources are destinations)."""
+
+    def __init__(self, block: GraphTransformerBlock) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: Tensor, *, edge_attr: Tensor, edge_index: Tensor) -> Tensor:
+        return self.block(x, x, edge_attr, edge_index)
+
+
+class GraphTransformerProcessor(nn.Module):
+    def __init__(
+        self,
+        *,
+        channels: int,
+        edge_attr: Tensor,
+        edge_index: Tensor,
+        trainable_edge_size: int,
+        num_layers: int,
+        num_chunks: int,
+        num_heads: int,
+        mlp_hidden_ratio: float,
+        gradient_checkpointing: bool,
+        backend: str,
+    ) -> None:
+        super().__init__()
+        self.num_chunks = num_chunks
+        self.gradient_checkpointing = gradient_checkpointing
+        self.register_buffer("edge_attr", edge_attr.float(), persistent=False)
+        self.register_buffer("edge_index", edge_index.long(), persistent=False)
+        self.trainable_edges = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_edge_size))
+        edge_dim = edge_attr.shape[1] + trainable_edge_size
+        self.layers = nn.ModuleList(
+            _ProcessorLayer(
+                GraphTransformerBlock(
+                    channels=channels,
+                    edge_dim=edge_dim,
+                    num_heads=num_heads,
+                    mlp_hidden_ratio=mlp_hidden_ratio,
+                    bipartite=False,
+                    backend=backend,
+                )
+            )
+            for _ in range(num_layers)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (B, N_hidden, C) -> (B, N_hidden, C)."""
+        edge_attr = torch.cat([self.edge_attr, self.trainable_edges], dim=-1)
+        return run_layer_segments(
+            self.layers,
+            x,
+            num_segments=self.num_chunks,
+            checkpointing=self.gradient_checkpointing and self.training,
+            edge_attr=edge_attr,
+            edge_index=self.edge_index,
+        )
+
+
+class TransformerProcessor(nn.Module):
+    def __init__(
+        self,
+        *,
+        channels: int,
+        num_layers: int,
+        num_chunks: int,
+        num_heads: int,
+        mlp_hidden_ratio: float,
+        window_size: int,
+        gradient_checkpointing: bool,
+    ) -> None:
+        super().__init__()
+        self.num_chunks = num_chunks
+        self.gradient_checkpointing = gradient_checkpointing
+        self.layers = nn.ModuleList(
+            SlidingWindowTransformerLayer(
+                channels=channels, num_heads=num_heads, mlp_hidden_ratio=mlp_hidden_ratio, window_size=window_size
+            )
+            for _ in range(num_layers)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (B, N_hidden, C) -> (B, N_hidden, C)."""
+        return run_layer_segments(
+            self.layers, x, num_segments=self.num_chunks, checkpointing=self.gradient_checkpointing and self.training
+        )

@@ -1,0 +1,36 @@
+"""Process memory readings from /proc/self/status (Linux); ``None`` where unavailable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_mib() -> float | None:
+    """High-water mark of this process's resident memory (VmHWM), MiB. Unlike ru_maxrss, not inherited."""
+    kib = _status_kib("VmHWM")
+    return None if kib is None else kib / 1024
+
+
+def current_rss_mib() -> float | None:
+    """Current resident memory (VmRSS), MiB."""
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); returns whether it worked."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,149 @@
+"""From a validated config to datasets, loaders and the variable layout the model needs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from anemo_like.config.schema import RunConfig
+from anemo_like.data.builtin import ensure_builtin_dataset
+from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.variables import VariableRoles
+from anemo_like.data.window_dataset import WindowDataset
+from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr
+from anemo_like.models.forecast_model import VariableLayout
+
+LOG = logging.getLogger(__name__)
+
+
+class ResumableShuffleSampler(Sampler[int]):
+    """Endless stream of sample indices: a fresh seeded permutation per epoch, starting at any global position.
+
+    The stream depends only on (seed, position), so a resumed run sees exactly the samples it would have seen.
+    """
+
+    def __init__(self, num_samples: int, *, seed: int, start: int = 0) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.start = start
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, offset = divmod(self.start, self.num_samples)
+        while True:
+            order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))
+            yield from order[offset:].tolist()
+            epoch, offset = epoch + 1, 0
+
+
+def parse_duration(text: str) -> np.timedelta64:
+    """'6h' / '30m' / '1d' -> timedelta64[s]."""
+    units = {"m": 60, "h": 3600, "d": 86400}
+    return np.timedelta64(int(text[:-1]) * units[text[-1]], "s")
+
+
+@dataclass
+class DataSetup:
+    """Everything data-related a run needs."""
+
+    store: AnemoiZarr
+    roles: VariableRoles
+    normalizer: Normalizer  # for roles.read, in that order
+    layout: VariableLayout
+    train: WindowDataset
+    val: WindowDataset
+    stride: int  # dataset dates per model step
+
+    @property
+    def input_positions(self) -> list[int]:
+        return self.roles.sample_positions(self.roles.input)
+
+    @property
+    def output_positions(self) -> list[int]:
+        return self.roles.sample_positions(self.roles.output)
+
+    def train_loader(self, *, batch_size: int, num_workers: int, seed: int, start_sample: int) -> DataLoader:
+        sampler = ResumableShuffleSampler(len(self.train), seed=seed, start=start_sample)
+        return DataLoader(self.train, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True)
+
+    def val_loader(self, *, batch_size: int, num_workers: int) -> DataLoader:
+        return DataLoader(self.val, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+
+
+def resolve_dataset_path(config: RunConfig) -> Path:
+    if config.data.dataset == "builtin":
+        return ensure_builtin_dataset(Path(config.system.paths.cache).expanduser(), seed=config.data.builtin_seed)
+    return Path(config.data.dataset).expanduser()
+
+
+def setup_data(config: RunConfig) -> DataSetup:
+    """Open the dataset, check the config against it and build the train/val windows."""
+    store = open_anemoi_zarr(resolve_dataset_path(config))
+    roles = VariableRoles.from_config(config.data.variables)
+    timestep = parse_duration(config.data.timestep)
+    frequency = np.timedelta64(int(store.frequency.total_seconds()), "s")
+    if timestep % frequency or timestep < frequency:
+        raise ValueError(
+            f"data.timestep '{config.data.timestep}' must be a multiple of the frequency of {store.path} "
+            f"({store.frequency})"
+        )
+    stride = int(timestep // frequency)
+    read_index = store.variable_indices(roles.read)
+    methods = [config.data.normalizer.per_variable.get(n, config.data.normalizer.default) for n in roles.read]
+    unknown = set(config.data.normalizer.per_variable) - set(roles.read)
+    if unknown:
+        raise ValueError(f"data.normalizer.per_variable names {sorted(unknown)}, which are not selected variables")
+    statistics = {k: np.asarray(v)[read_index] for k, v in store.statistics.items()}
+    normalizer = Normalizer.from_statistics(
+        names=roles.read, statistics=statistics, methods=methods, source=str(store.path)
+    )
+    floors = {}
+    for name in config.model.relu_bounded:
+        i = roles.read.index(name)
+        floors[roles.output.index(name)] = float(-normalizer.offset[i] / normalizer.scale[i])
+    layout = VariableLayout(
+        num_input=len(roles.input),
+        num_output=len(roles.output),
+        prognostic_input=list(range(len(roles.prognostic))),
+        prognostic_output=list(range(len(roles.prognostic))),
+        relu_floor=floors,
+    )
+    multistep = config.training.multistep_input
+
+    def windows(split: str, num_states: int) -> WindowDataset:
+        window = getattr(config.data.splits, split)
+        start, stop = store.date_range(window.start, window.end)
+        dataset = WindowDataset(
+            store=store,
+            date_start=start,
+            date_stop=stop,
+            stride=stride,
+            num_states=num_states,
+            read_names=roles.read,
+            computed_names=roles.computed,
+            normalizer=normalizer,
+        )
+        if len(dataset) == 0:
+            raise ValueError(
+                f"data.splits.{split} ({window.start} .. {window.end}) of {store.path} holds {stop - start} dates, "
+                f"too few for {num_states} states {config.data.timestep} apart"
+            )
+        return dataset
+
+    train = windows("train", multistep + config.training.rollout.max)
+    val = windows("val", multistep + config.training.val_rollout)
+    LOG.info(
+        "data %s: %d grid points, train %d samples, val %d samples, inputs %s, outputs %s",
+        store.path,
+        store.latitudes.shape[0],
+        len(train),
+        len(val),
+        roles.input,
+        roles.output,
+    )
+    return DataSetup(store, roles, normalizer, layout, train, val, stride)

@@ -1,0 +1,304 @@
+"""The training loop in plain PyTorch: AdamW, warm-up + cosine LR, clipping, rollout loss, validation, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from anemo_like.config.schema import RunConfig
+from anemo_like.graphs import load_or_build_graph
+from anemo_like.inference.checkpoint import save_inference_checkpoint
+from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.profiling.memory import peak_rss_mib
+from anemo_like.training.checkpoint import load_training_checkpoint, save_training_checkpoint, set_rng_state
+from anemo_like.training.data_setup import DataSetup, setup_data
+from anemo_like.training.loss import WeightedMSE
+from anemo_like.training.plots import plot_forecast_map, plot_loss_curve
+from anemo_like.training.progress import Progress
+from anemo_like.training.rollout import rollout
+from anemo_like.training.schedule import learning_rate, rollout_steps
+from anemo_like.training.validation import ValidationResult, validate
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOutputs:
+    """Where a run wrote its results, and its final validation."""
+
+    run_dir: Path
+    training_checkpoint: Path
+    inference_checkpoint: Path
+    metrics: Path
+    validation: ValidationResult
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def select_device(accelerator: str) -> torch.device:
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("system.hardware.accelerator is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
+    if accelerator == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(accelerator)
+
+
+class MetricsLog:
+    """Append-only JSON-lines metrics file; on resume, records after the resumed step are dropped."""
+
+    def __init__(self, path: Path, *, keep_until_step: int) -> None:
+        self.path = path
+        self.records: list[dict] = []
+        if path.exists():
+            lines = path.read_text().splitlines()
+            self.records = [r for r in map(json.loads, lines) if r["step"] <= keep_until_step]
+        path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class Trainer:
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.run_dir = Path(config.system.paths.output).expanduser()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if config.system.hardware.num_threads:
+            torch.set_num_threads(config.system.hardware.num_threads)
+        seed_everything(config.training.seed)
+        self.device = select_device(config.system.hardware.accelerator)
+        self.data: DataSetup = setup_data(config)
+        cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
+        self.graph = load_or_build_graph(
+            self.data.store.latitudes,
+            self.data.store.longitudes,
+            cache_dir=cache,
+            mesh_resolution=config.graph.mesh_resolution,
+            cutoff_factor=config.graph.cutoff_factor,
+            knn=config.graph.knn,
+            processor_edges=config.model.processor.type == "graphtransformer",
+        )
+        self.model = ForecastModel(
+            config=config.model, graph=self.graph, layout=self.data.layout, multistep=config.training.multistep_input
+        ).to(self.device)
+        opt = config.training.optimizer
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
+        )
+        weights = [config.training.variable_loss_weights.get(n, 1.0) for n in self.data.roles.output]
+        unknown = set(config.training.variable_loss_weights) - set(self.data.roles.output)
+        if unknown:
+            raise ValueError(f"training.variable_loss_weights names {sorted(unknown)}, which are not output variables")
+        self.area_weight = torch.as_tensor(self.graph["data"].area_weight, dtype=torch.float32)
+        self.loss_fn = WeightedMSE(
+            area_weight=self.area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32)
+        ).to(self.device)
+        self.step = 0
+        if config.training.resume:
+            self._resume(Path(config.training.resume).expanduser())
+        LOG.info(
+            "model: %.2fM parameters, graph: %d data / %d hidden nodes, device %s, run folder %s",
+            sum(p.numel() for p in self.model.parameters()) / 1e6,
+            self.graph["data"].num_nodes,
+            self.graph["hidden"].num_nodes,
+            self.device,
+            self.run_dir,
+        )
+
+    # ------------------------------------------------------------------------------------------- state
+    def _resume(self, path: Path) -> None:
+        state = load_training_checkpoint(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        LOG.info("resumed from %s at step %d", path, self.step)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+    def save_checkpoint(self) -> None:
+        save_training_checkpoint(
+            self.checkpoint_path,
+            model=self.model,
+            optimizer=self.optimizer,
+            step=self.step,
+            config_json=self.config.model_dump_json(),
+        )
+
+    # -------------------------------------------------------------------------------------------- loop
+    def _train_step(self, batch: torch.Tensor) -> torch.Tensor:
+        cfg = self.config.training
+        steps = rollout_steps(self.step, config=cfg.rollout)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.step, config=cfg.optimizer, max_steps=cfg.max_steps)
+        loss = torch.zeros((), device=self.device)
+        predictions = rollout(
+            self.model,
+            batch,
+            multistep=cfg.multistep_input,
+            steps=steps,
+            input_positions=self.data.input_positions,
+            output_positions=self.data.output_positions,
+            num_prognostic=len(self.data.roles.prognostic),
+        )
+        for prediction, target in predictions:
+            loss = loss + self.loss_fn(prediction, target) / steps
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.optimizer.gradient_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm)
+        self.optimizer.step()
+        return loss.detach()
+
+    def validate(self) -> ValidationResult:
+        cfg = self.config
+        output_index = [self.data.roles.read.index(n) for n in self.data.roles.output]
+        return validate(
+            self.model,
+            self.data.val_loader(batch_size=cfg.dataloader.batch_size.val, num_workers=cfg.dataloader.num_workers.val),
+            loss_fn=self.loss_fn,
+            multistep=cfg.training.multistep_input,
+            steps=cfg.training.val_rollout,
+            step_hours=int(self.data.store.frequency.total_seconds() * self.data.stride // 3600),
+            input_positions=self.data.input_positions,
+            output_positions=self.data.output_positions,
+            output_names=self.data.roles.output,
+            num_prognostic=len(self.data.roles.prognostic),
+            output_scale=self.data.normalizer.scale[output_index],
+            area_weight=self.area_weight,
+            device=self.device,
+            limit_batches=cfg.dataloader.limit_val_batches,
+        )
+
+    def fit(self) -> RunOutputs:
+        cfg = self.config
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step)
+        loader = self.data.train_loader(
+            batch_size=cfg.dataloader.batch_size.train,
+            num_workers=cfg.dataloader.num_workers.train,
+            seed=cfg.training.seed,
+            start_sample=self.step * cfg.dataloader.batch_size.train,
+        )
+        progress = Progress(total=cfg.training.max_steps, start=self.step, enabled=cfg.diagnostics.progress_bar)
+        started = time.perf_counter()
+        loss_sum, loss_count = torch.zeros((), device=self.device), 0
+        result: ValidationResult | None = None
+        self.model.train()
+        batches = iter(loader)
+        while self.step < cfg.training.max_steps:
+            batch = next(batches).to(self.device, non_blocking=True)
+            loss_sum += self._train_step(batch)
+            loss_count += 1
+            self.step += 1
+            last = self.step == cfg.training.max_steps
+            out_of_time = cfg.training.max_minutes is not None and (
+                time.perf_counter() - started > 60 * cfg.training.max_minutes
+            )
+            if self.step % cfg.diagnostics.log_every_n_steps == 0 or last or out_of_time:
+                record = {
+                    "step": self.step,
+                    "train_loss": float(loss_sum) / loss_count,
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "rollout": rollout_steps(self.step - 1, config=cfg.training.rollout),
+                    "it_per_s": progress.rate(self.step),
+                }
+                metrics.write(record)
+                progress.update(self.step, loss=record["train_loss"])
+                loss_sum, loss_count = torch.zeros((), device=self.device), 0
+            if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
+                result = self.validate()
+                metrics.write({"step": self.step, **result.as_record()})
+            if self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time:
+                self.save_checkpoint()
+            if out_of_time:
+                LOG.info("training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step)
+                break
+        progress.close()
+        if result is None:  # resumed at or past max_steps
+            result = self.validate()
+        return self._finish(result, metrics, time.perf_counter() - started)
+
+    # ---------------------------------------------------------------------------------------- outputs
+    def _finish(self, result: ValidationResult, metrics: MetricsLog, seconds: float) -> RunOutputs:
+        inference_path = self.run_dir / "inference.pt"
+        save_inference_checkpoint(
+            inference_path,
+            model=self.model,
+            config=self.config,
+            roles=self.data.roles,
+            normalizer=self.data.normalizer,
+            graph=self.graph,
+        )
+        table = result.table()
+        (self.run_dir / "validation.md").write_text(table + "\n")
+        if self.config.diagnostics.plots:
+            plot_loss_curve(metrics.records, self.run_dir / "loss_curve.png")
+            self._plot_forecast()
+        peak = peak_rss_mib()
+        LOG.info(
+            "trained to step %d in %.0f s, peak memory %s MiB\nvalidation (%d samples):\n%s\n%s\n"
+            "outputs in %s: inference.pt, checkpoints/last.pt, metrics.jsonl, validation.md%s",
+            self.step,
+            seconds,
+            "n/a" if peak is None else f"{peak:.0f}",
+            len(self.data.val),
+            table,
+            "model beats persistence on every prognostic variable at the first lead time"
+            if result.beats_persistence()
+            else "model does NOT beat persistence on every prognostic variable yet",
+            self.run_dir,
+            ", loss_curve.png, forecast_map.png" if self.config.diagnostics.plots else "",
+        )
+        return RunOutputs(self.run_dir, self.checkpoint_path, inference_path, metrics.path, result)
+
+    @torch.no_grad()
+    def _plot_forecast(self) -> None:
+        roles = self.data.roles
+        name = self.config.diagnostics.plot_variable or roles.prognostic[0]
+        if name not in roles.output:
+            raise ValueError(
+                f"diagnostics.plot_variable '{name}' is not an output variable; choose from {roles.output}"
+            )
+        self.model.eval()
+        batch = self.data.val[0].unsqueeze(0).to(self.device)
+        prediction, target = next(
+            rollout(
+                self.model,
+                batch,
+                multistep=self.config.training.multistep_input,
+                steps=1,
+                input_positions=self.data.input_positions,
+                output_positions=self.data.output_positions,
+                num_prognostic=len(roles.prognostic),
+            )
+        )
+        self.model.train()
+        v = roles.output.index(name)
+        r = roles.read.index(name)
+        to_physical = self.data.normalizer.scale[r], self.data.normalizer.offset[r]
+        truth = target[0, :, v].cpu().numpy() * to_physical[0] + to_physical[1]
+        forecast = prediction[0, :, v].cpu().numpy() * to_physical[0] + to_physical[1]
+        date = self.data.val.dates(0)[self.config.training.multistep_input]
+        plot_forecast_map(
+            lat=self.data.store.latitudes,
+            lon=self.data.store.longitudes,
+            truth=truth,
+            forecast=forecast,
+            title=f"{name} at {date}, first lead time",
+            path=self.run_dir / "forecast_map.png",
+        )

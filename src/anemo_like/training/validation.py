@@ -1,0 +1,111 @@
+"""Validation: area-weighted RMSE per variable and lead time in physical units, beside persistence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from anemo_like.training.rollout import rollout
+
+
+@dataclass
+class ValidationResult:
+    """RMSE tables (lead, variable) in physical units; persistence only for prognostic variables."""
+
+    variables: list[str]
+    lead_hours: list[int]
+    model_rmse: np.ndarray  # (L, V)
+    persistence_rmse: np.ndarray  # (L, P), P = number of prognostic variables
+    loss: float
+
+    def table(self) -> str:
+        """Markdown table: variable, lead, model RMSE, persistence RMSE, ratio."""
+        lines = ["| variable | lead | model RMSE | persistence RMSE | model / persistence |", "|---|---|---|---|---|"]
+        num_prognostic = self.persistence_rmse.shape[1]
+        for v, name in enumerate(self.variables):
+            for li, lead in enumerate(self.lead_hours):
+                model = self.model_rmse[li, v]
+                if v < num_prognostic:
+                    pers = self.persistence_rmse[li, v]
+                    lines.append(f"| {name} | {lead} h | {model:.4g} | {pers:.4g} | {model / pers:.3f} |")
+                else:
+                    lines.append(f"| {name} | {lead} h | {model:.4g} | n/a | n/a |")
+        return "\n".join(lines)
+
+    def beats_persistence(self, lead_index: int = 0) -> bool:
+        num_prognostic = self.persistence_rmse.shape[1]
+        return bool(np.all(self.model_rmse[lead_index, :num_prognostic] < self.persistence_rmse[lead_index]))
+
+    def as_record(self) -> dict[str, float]:
+        record = {"val_loss": self.loss}
+        for li, lead in enumerate(self.lead_hours):
+            for v, name in enumerate(self.variables):
+                record[f"rmse_{name}_{lead}h"] = float(self.model_rmse[li, v])
+        return record
+
+
+@torch.no_grad()
+def validate(
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    loss_fn: nn.Module,
+    multistep: int,
+    steps: int,
+    step_hours: int,
+    input_positions: list[int],
+    output_positions: list[int],
+    output_names: list[str],
+    num_prognostic: int,
+    output_scale: np.ndarray,
+    area_weight: torch.Tensor,
+    device: torch.device,
+    limit_batches: int | None = None,
+) -> ValidationResult:
+    """Score ``steps`` autoregressive steps on every validation sample.
+
+    ``output_scale`` (V_out,) turns normalised errors into physical units (offsets cancel in differences).
+    """
+    was_training = model.training
+    model.eval()
+    weight = (area_weight / area_weight.sum()).to(device)
+    scale = torch.as_tensor(output_scale, dtype=torch.float64, device=device)
+    prognostic_inputs = torch.as_tensor(input_positions[:num_prognostic], device=device)
+    sq_model = torch.zeros(steps, len(output_positions), dtype=torch.float64, device=device)
+    sq_pers = torch.zeros(steps, num_prognostic, dtype=torch.float64, device=device)
+    loss_sum, samples = 0.0, 0
+    for i, batch in enumerate(loader):
+        if limit_batches is not None and i >= limit_batches:
+            break
+        batch = batch.to(device)
+        last_state = batch[:, multistep - 1].index_select(-1, prognostic_inputs)
+        predictions = rollout(
+            model,
+            batch,
+            multistep=multistep,
+            steps=steps,
+            input_positions=input_positions,
+            output_positions=output_positions,
+            num_prognostic=num_prognostic,
+        )
+        for step, (prediction, target) in enumerate(predictions):
+            loss_sum += float(loss_fn(prediction, target)) * batch.shape[0] / steps
+            err = (prediction - target).double() * scale
+            sq_model[step] += torch.einsum("g,bgv->v", weight.double(), err.square())
+            pers = (last_state - target[..., :num_prognostic]).double() * scale[:num_prognostic]
+            sq_pers[step] += torch.einsum("g,bgv->v", weight.double(), pers.square())
+        samples += batch.shape[0]
+    model.train(was_training)
+    if samples == 0:
+        raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_val_batches")
+    return ValidationResult(
+        variables=output_names,
+        lead_hours=[step_hours * (s + 1) for s in range(steps)],
+        model_rmse=np.sqrt(sq_model.cpu().numpy() / samples),
+        persistence_rmse=np.sqrt(sq_pers.cpu().numpy() / samples),
+        loss=loss_sum / samples,
+    )

@@ -1,0 +1,44 @@
+"""Shared fixtures: a session cache folder holding the built-in dataset, and tiny composed run configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from anemo_like.config import RunConfig, config_dir, validate_config
+
+SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "hs-t21-seed1-1y.zarr"
+
+TINY_MODEL = [
+    "graph.mesh_resolution=1",
+    "model.num_channels=16",
+    "model.num_heads=2",
+    "model.processor.num_layers=1",
+    "dataloader.batch_size.train=2",
+    "dataloader.batch_size.val=16",
+    "dataloader.limit_val_batches=2",
+    "diagnostics.log_every_n_steps=1",
+    "diagnostics.progress_bar=false",
+]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One cache (built-in dataset, graphs) for the whole test session."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def compose_run(cache_dir):
+    """compose_run(run_dir, overrides, name="quickstart") -> validated RunConfig writing into run_dir."""
+
+    def compose_run(run_dir: Path, overrides: list[str], name: str = "quickstart") -> RunConfig:
+        paths = [f"system.paths.output={run_dir}", f"system.paths.cache={cache_dir}"]
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            cfg = compose(config_name=name, overrides=[*TINY_MODEL, *paths, *overrides])
+        return validate_config(OmegaConf.to_container(cfg, resolve=True))
+
+    return compose_run

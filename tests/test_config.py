@@ -1,0 +1,129 @@
+"""Config validation: unknown keys, wrong types and impossible values fail early with the key, value and rule."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from pydantic import BaseModel
+
+from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
+from anemo_like.config.validate import check_override_keys
+
+CONFIG_NAMES = ["quickstart", "hs_t21"]
+
+
+def composed(name: str, overrides: list[str] | None = None) -> dict:
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=[*(overrides or []), "system.paths.output=/tmp/anemo-unused"])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_shipped_configs_validate(name: str) -> None:
+    config = validate_config(composed(name))
+    assert config.model.num_channels % config.model.num_heads == 0
+
+
+def test_transformer_model_group_composes() -> None:
+    config = validate_config(composed("quickstart", ["model=transformer"]))
+    assert config.model.processor.type == "transformer"
+    assert config.model.processor.window_size == 512
+
+
+def test_unknown_key_names_key_and_suggests() -> None:
+    raw = composed("quickstart")
+    raw["training"]["max_step"] = 10
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'training.max_step' \(did you mean 'training.max_steps'"
+    ):
+        validate_config(raw)
+
+
+def test_wrong_type_and_impossible_values_are_named() -> None:
+    raw = composed("quickstart")
+    raw["model"]["num_channels"] = "wide"
+    raw["model"]["encoder"]["num_chunks"] = 3
+    raw["model"]["processor"]["num_chunks"] = 99
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    message = str(info.value)
+    assert "'model.num_channels' = 'wide'" in message
+    assert "'model.encoder.num_chunks' = 3" in message and "power of two" in message
+    assert "num_chunks (99) must be at most num_layers" in message
+
+
+def test_cross_field_rules() -> None:
+    raw = composed("quickstart", ["model.num_channels=30", "model.num_heads=4"])
+    with pytest.raises(ConfigError, match=r"num_channels \(30\) must be divisible by num_heads \(4\)"):
+        validate_config(raw)
+    raw = composed("quickstart", ["data.variables.forcing=[z_500]", "data.variables.prognostic=[z_500]"])
+    with pytest.raises(ConfigError, match="'z_500' is listed as both prognostic and forcing"):
+        validate_config(raw)
+
+
+def test_command_line_override_keys_are_checked_before_hydra() -> None:
+    check_override_keys(["model.num_channels=8", "model=transformer", "hydra.run.dir=x", "+extra=1", "--cfg=job"])
+    check_override_keys(["training.variable_loss_weights.sp=2"])  # free-form mapping below a known key
+    with pytest.raises(ConfigError, match=r"'model.procesor.num_layers' \(did you mean 'model.processor'\?\)"):
+        check_override_keys(["model.procesor.num_layers=2"])
+
+
+def test_cli_bad_key_exits_with_message_before_importing_torch(tmp_path) -> None:
+    probe = (
+        "import sys\n"
+        "sys.argv = ['anemo-train', '--config-name=quickstart', 'model.num_chanels=3', 'hydra.run.dir="
+        + str(tmp_path)
+        + "']\n"
+        "from anemo_like.cli.train import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "exit 2 False" in done.stdout, done.stdout + done.stderr
+    assert "did you mean 'model.num_channels'" in done.stderr
+
+
+def test_cli_bad_value_exits_2_before_importing_torch(tmp_path) -> None:
+    probe = (
+        "import sys\n"
+        "sys.argv = ['anemo-train', '--config-name=quickstart', 'model.num_heads=0', 'hydra.run.dir="
+        + str(tmp_path)
+        + "']\n"
+        "from anemo_like.cli.train import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "exit 2 False" in done.stdout, done.stdout + done.stderr
+    assert "'model.num_heads' = 0" in done.stdout + done.stderr
+
+
+def schema_keys(model, prefix: str = "") -> list[str]:
+    """Dotted paths of every leaf key in the schema."""
+    keys = []
+    for name, field in model.model_fields.items():
+        nested = next(
+            (
+                c
+                for c in (field.annotation, *getattr(field.annotation, "__args__", ()))
+                if isinstance(c, type) and issubclass(c, BaseModel)
+            ),
+            None,
+        )
+        keys += schema_keys(nested, f"{prefix}{name}.") if nested else [f"{prefix}{name}"]
+    return keys
+
+
+def test_every_config_key_is_documented() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", text))
+    # "a.b.c / .d" rows document siblings a.b.c and a.b.d
+    for row in re.findall(r"`([a-z_.]+)`((?: / `\.[a-z_]+`)+)", text):
+        base = row[0].rsplit(".", 1)[0]
+        documented |= {base + sibling for sibling in re.findall(r"`(\.[a-z_]+)`", row[1])}
+    missing = [key for key in schema_keys(RunConfig) if key not in documented]
+    assert not missing, f"undocumented config keys in docs/configuration.md: {missing}"

@@ -1,0 +1,97 @@
+"""End-to-end training on the built-in dataset: the loss falls, resume is exact, checkpoints load safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from anemo_like.inference import load_inference_checkpoint
+from anemo_like.training import trainer as trainer_module
+from anemo_like.training.trainer import Trainer
+
+
+def losses(metrics: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+
+
+def test_short_training_lowers_loss_and_writes_outputs(tmp_path, compose_run) -> None:
+    config = compose_run(
+        tmp_path, ["training.max_steps=40", "training.val_every_n_steps=40", "training.optimizer.warmup_steps=5"]
+    )
+    outputs = Trainer(config).fit()
+    curve = losses(outputs.metrics)
+    assert len(curve) == 40
+    first, last = sum(list(curve.values())[:5]) / 5, sum(list(curve.values())[-5:]) / 5
+    assert last < 0.7 * first, f"loss did not fall: first 5 mean {first:.4f}, last 5 mean {last:.4f}"
+    for name in ("inference.pt", "checkpoints/last.pt", "validation.md", "loss_curve.png", "forecast_map.png"):
+        assert (tmp_path / name).is_file(), name
+    assert "persistence RMSE" in (tmp_path / "validation.md").read_text()
+
+
+def test_inference_checkpoint_loads_weights_only_and_reproduces(tmp_path, compose_run) -> None:
+    config = compose_run(tmp_path, ["training.max_steps=3", "diagnostics.plots=false"])
+    trainer = Trainer(config)
+    outputs = trainer.fit()
+    raw = torch.load(outputs.inference_checkpoint, weights_only=True)
+    assert {"state_dict", "graph", "config", "roles", "normalizer"} <= raw.keys()
+    bundle = load_inference_checkpoint(outputs.inference_checkpoint)
+    assert bundle.roles.prognostic == list(config.data.variables.prognostic)
+    x = torch.randn(1, 2, bundle.graph["data"].num_nodes, bundle.model.layout.num_input)
+    trainer.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(bundle.model(x), trainer.model(x))
+
+
+def test_interrupted_and_resumed_training_matches_uninterrupted(tmp_path, compose_run, monkeypatch) -> None:
+    common = ["training.max_steps=6", "training.checkpoint_every_n_steps=3", "training.val_every_n_steps=6"]
+    full = Trainer(compose_run(tmp_path / "full", common)).fit()
+
+    class Killed(Exception):
+        pass
+
+    save = trainer_module.save_training_checkpoint
+
+    def save_then_die(path, **kwargs):
+        save(path, **kwargs)
+        if kwargs["step"] == 3:
+            raise Killed
+
+    monkeypatch.setattr(trainer_module, "save_training_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        Trainer(compose_run(tmp_path / "killed", common)).fit()
+    monkeypatch.undo()
+    checkpoint = tmp_path / "killed" / "checkpoints" / "last.pt"
+    resumed = Trainer(compose_run(tmp_path / "killed", [*common, f"training.resume={checkpoint}"])).fit()
+
+    expected, got = losses(full.metrics), losses(resumed.metrics)
+    assert sorted(got) == list(range(1, 7))
+    for step in range(1, 7):
+        assert got[step] == expected[step], f"step {step}: resumed {got[step]} != uninterrupted {expected[step]}"
+    for name, tensor in torch.load(full.training_checkpoint, weights_only=True)["model"].items():
+        torch.testing.assert_close(torch.load(resumed.training_checkpoint, weights_only=True)["model"][name], tensor)
+
+
+def test_anemo_train_cli_runs_from_any_directory(tmp_path, cache_dir) -> None:
+    from conftest import TINY_MODEL
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "ANEMO_LIKE_CACHE": str(cache_dir)}
+    command = [
+        str(Path(sys.executable).with_name("anemo-train")),
+        "--config-name=quickstart",
+        *TINY_MODEL,
+        "training.max_steps=2",
+        "diagnostics.plots=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "persistence RMSE" in done.stdout + done.stderr
+    assert (run_dir / "inference.pt").is_file()
