@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SHARED_DATASET, TINY_MODEL
 
 from anemo_like.inference import load_inference_checkpoint
 from anemo_like.training import trainer as trainer_module
@@ -79,8 +80,6 @@ def test_interrupted_and_resumed_training_matches_uninterrupted(tmp_path, compos
 
 
 def test_anemo_train_cli_runs_from_any_directory(tmp_path, cache_dir) -> None:
-    from conftest import TINY_MODEL
-
     run_dir = tmp_path / "run"
     env = {**os.environ, "ANEMO_LIKE_CACHE": str(cache_dir)}
     command = [
@@ -95,3 +94,23 @@ def test_anemo_train_cli_runs_from_any_directory(tmp_path, cache_dir) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "persistence RMSE" in done.stdout + done.stderr
     assert (run_dir / "inference.pt").is_file()
+
+
+@pytest.mark.skipif(not SHARED_DATASET.exists(), reason=f"real anemoi dataset not present at {SHARED_DATASET}")
+def test_hs_t21_config_trains_on_the_real_anemoi_dataset(tmp_path, compose_run) -> None:
+    config = compose_run(
+        tmp_path,
+        [
+            f"data.dataset={SHARED_DATASET}",
+            "training.max_steps=3",
+            "diagnostics.plots=false",
+            "dataloader.limit_val_batches=4",
+        ],
+        name="hs_t21",
+    )
+    result = Trainer(config).fit().validation
+    assert result.variables == list(config.data.variables.prognostic) and len(result.variables) == 11
+    # 6 h persistence in physical units, as in ../shared/data/README.md (which scores every date of the year)
+    persistence = dict(zip(result.variables, result.persistence_rmse[0], strict=True))
+    assert persistence["z_500"] == pytest.approx(130.0, rel=0.2)
+    assert persistence["t_850"] == pytest.approx(0.677, rel=0.2)

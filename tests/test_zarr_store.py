@@ -87,8 +87,10 @@ def test_zarr_format_on_disk_and_one_date_per_chunk(store_path) -> None:
         meta = json.loads((store_path / "data" / ".zarray").read_text())
         assert meta["compressor"]["id"] == "blosc"
         assert meta["dtype"] == "<f4"
+        assert (store_path / "data" / "9.0.0.0").is_file()
     else:
         assert json.loads((store_path / "zarr.json").read_text())["zarr_format"] == 3
+        assert (store_path / "data" / "c.9.0.0.0").is_file()  # flat chunk files, not a folder per date
     assert zarr.open_group(store_path, mode="r")["data"].chunks == (1, len(VARIABLES), 1, N_GRID)
 
 
@@ -138,6 +140,16 @@ def test_read_of_a_window_equals_numpy_slicing(store_path) -> None:
     np.testing.assert_array_equal(store.read(slice(start, stop), index, grid=slice(1, 4)), expected)
     strided = source_data()[1:9:2, [1, 2], 0]
     np.testing.assert_array_equal(store.read(slice(1, 9, 2), index), strided)
+
+
+def test_open_and_read_touch_only_the_requested_date_chunks(tmp_path) -> None:
+    path = write(tmp_path / "a.zarr")
+    (path / "data" / "5.0.0.0").write_bytes(b"not a blosc chunk")
+    store = open_anemoi_zarr(path)
+    np.testing.assert_array_equal(store.read(slice(0, 5), np.arange(3)), source_data()[:5, :, 0])
+    np.testing.assert_array_equal(store.read(slice(6, 10), np.arange(3)), source_data()[6:, :, 0])
+    with pytest.raises(RuntimeError, match="blosc"):
+        store.read(slice(5, 6), np.arange(3))
 
 
 # ------------------------------------------------------------------------------------------- errors

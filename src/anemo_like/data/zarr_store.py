@@ -218,9 +218,10 @@ def compute_statistics(data: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _compressors(zarr_format: int) -> Any:
+    """Blosc zstd with byte shuffle in both formats: float32 fields compress ~2x better than without shuffle."""
     if zarr_format == 2:
         return numcodecs.Blosc(cname="zstd", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
-    return "auto"  # zarr v3 default: Zstd
+    return zarr.codecs.BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
 
 
 def write_anemoi_zarr(
@@ -289,6 +290,8 @@ def write_anemoi_zarr(
             dtype="float32",
             compressors=_compressors(zarr_format),
             fill_value=np.nan,
+            # flat chunk files in both formats: v3's default "c/0/0/0/0" makes a folder per date
+            chunk_key_encoding={"name": "v2" if zarr_format == 2 else "default", "separator": "."},
         )
         array[...] = data
         small = {

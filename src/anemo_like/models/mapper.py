@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import balanced_bounds, maybe_checkpoint
+from anemo_like.models.edge_features import EdgeFeatures
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,12 @@ class GraphTransformerMapper(nn.Module):
         self.num_dst = num_dst
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
-        self.register_buffer("edge_attr", edge_attr.float(), persistent=False)
-        self.register_buffer("edge_index", edge_index.long(), persistent=False)
-        self.trainable_edges = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_edge_size))
+        self.edges = EdgeFeatures(edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size)
         self.embed_src = nn.Linear(src_in_channels, channels) if src_in_channels is not None else nn.Identity()
         self.embed_dst = nn.Linear(dst_in_channels, channels)
         self.block = GraphTransformerBlock(
             channels=channels,
-            edge_dim=edge_attr.shape[1] + trainable_edge_size,
+            edge_dim=self.edges.dim,
             num_heads=num_heads,
             mlp_hidden_ratio=mlp_hidden_ratio,
             bipartite=True,
@@ -92,16 +91,15 @@ class GraphTransformerMapper(nn.Module):
 
     def chunks(self, num_chunks: int) -> list[MapperChunk]:
         """The chunk plan for ``num_chunks``, built once per chunk count and device."""
-        key = (num_chunks, self.edge_index.device)
+        key = (num_chunks, self.edges.edge_index.device)
         if key not in self._plans:
-            self._plans[key] = plan_chunks(self.edge_index, self.num_dst, num_chunks)
+            self._plans[key] = plan_chunks(self.edges.edge_index, self.num_dst, num_chunks)
         return self._plans[key]
 
     def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: MapperChunk) -> Tensor:
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
         dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
-        edges = slice(chunk.edge_start, chunk.edge_stop)
-        edge_attr = torch.cat([self.edge_attr[edges], self.trainable_edges[edges]], dim=-1)
+        edge_attr = self.edges(slice(chunk.edge_start, chunk.edge_stop))
         return self.head(self.block(src, dst, edge_attr, chunk.edge_index))
 
     def forward(self, x_src: Tensor, x_dst: Tensor, num_chunks: int | None = None) -> Tensor:

@@ -7,11 +7,11 @@ segments, so backward stores the inputs of each segment only.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import run_layer_segments
+from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
 
 
@@ -44,15 +44,12 @@ class GraphTransformerProcessor(nn.Module):
         super().__init__()
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
-        self.register_buffer("edge_attr", edge_attr.float(), persistent=False)
-        self.register_buffer("edge_index", edge_index.long(), persistent=False)
-        self.trainable_edges = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_edge_size))
-        edge_dim = edge_attr.shape[1] + trainable_edge_size
+        self.edges = EdgeFeatures(edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size)
         self.layers = nn.ModuleList(
             _ProcessorLayer(
                 GraphTransformerBlock(
                     channels=channels,
-                    edge_dim=edge_dim,
+                    edge_dim=self.edges.dim,
                     num_heads=num_heads,
                     mlp_hidden_ratio=mlp_hidden_ratio,
                     bipartite=False,
@@ -64,14 +61,13 @@ class GraphTransformerProcessor(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, N_hidden, C) -> (B, N_hidden, C)."""
-        edge_attr = torch.cat([self.edge_attr, self.trainable_edges], dim=-1)
         return run_layer_segments(
             self.layers,
             x,
             num_segments=self.num_chunks,
             checkpointing=self.gradient_checkpointing and self.training,
-            edge_attr=edge_attr,
-            edge_index=self.edge_index,
+            edge_attr=self.edges(),
+            edge_index=self.edges.edge_index,
         )
 
 

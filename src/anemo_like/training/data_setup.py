@@ -16,7 +16,7 @@ from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
-from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr
+from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr, parse_frequency
 from anemo_like.models.forecast_model import VariableLayout
 
 LOG = logging.getLogger(__name__)
@@ -39,12 +39,6 @@ class ResumableShuffleSampler(Sampler[int]):
             order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))
             yield from order[offset:].tolist()
             epoch, offset = epoch + 1, 0
-
-
-def parse_duration(text: str) -> np.timedelta64:
-    """'6h' / '30m' / '1d' -> timedelta64[s]."""
-    units = {"m": 60, "h": 3600, "d": 86400}
-    return np.timedelta64(int(text[:-1]) * units[text[-1]], "s")
 
 
 @dataclass
@@ -85,8 +79,8 @@ def setup_data(config: RunConfig) -> DataSetup:
     """Open the dataset, check the config against it and build the train/val windows."""
     store = open_anemoi_zarr(resolve_dataset_path(config))
     roles = VariableRoles.from_config(config.data.variables)
-    timestep = parse_duration(config.data.timestep)
-    frequency = np.timedelta64(int(store.frequency.total_seconds()), "s")
+    timestep = parse_frequency(config.data.timestep, source="data.timestep")
+    frequency = store.frequency
     if timestep % frequency or timestep < frequency:
         raise ValueError(
             f"data.timestep '{config.data.timestep}' must be a multiple of the frequency of {store.path} "
