@@ -79,19 +79,23 @@ def test_interrupted_and_resumed_training_matches_uninterrupted(tmp_path, compos
         torch.testing.assert_close(torch.load(resumed.training_checkpoint, weights_only=True)["model"][name], tensor)
 
 
-def test_anemo_train_cli_runs_from_any_directory(tmp_path, cache_dir) -> None:
+def test_anemo_train_cli_runs_from_any_directory_with_a_user_config_dir(tmp_path, cache_dir) -> None:
+    user_configs = tmp_path / "my_configs"
+    user_configs.mkdir()
+    (user_configs / "mine.yaml").write_text("defaults:\n  - quickstart\n  - _self_\ntraining:\n  max_steps: 2\n")
     run_dir = tmp_path / "run"
     env = {**os.environ, "ANEMO_LIKE_CACHE": str(cache_dir)}
     command = [
         str(Path(sys.executable).with_name("anemo-train")),
-        "--config-name=quickstart",
+        f"--config-dir={user_configs}",
+        "--config-name=mine",
         *TINY_MODEL,
-        "training.max_steps=2",
         "diagnostics.plots=false",
         f"hydra.run.dir={run_dir}",
     ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "trained to step 2" in done.stdout + done.stderr
     assert "persistence RMSE" in done.stdout + done.stderr
     assert (run_dir / "inference.pt").is_file()
 

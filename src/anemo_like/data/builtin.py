@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_store import write_anemoi_zarr
 
 BUILTIN_NAME = "builtin-v1"  # bump when the generator changes
 

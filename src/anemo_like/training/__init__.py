@@ -1,0 +1,1 @@
+"""Training: the loop, loss, rollout, validation, schedules and checkpoints."""
