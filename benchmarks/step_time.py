@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--num-chunks-mapper", type=int, default=4)
     m.add_argument("--num-chunks-processor", type=int, default=None, help="default: 4 if it divides --layers, else 1")
     m.add_argument("--no-grad-checkpointing", action="store_true")
-    m.add_argument("--graph-attention-backend", choices=["reference"], default="reference")
+    m.add_argument("--graph-attention-backend", choices=["torch", "reference"], default="torch")
     m.add_argument("--window-size", type=int, default=512, help="transformer processor half window")
     m.add_argument("--node-trainable", type=int, default=8)
     m.add_argument("--edge-trainable", type=int, default=8)

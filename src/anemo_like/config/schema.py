@@ -136,7 +136,7 @@ class ModelConfig(Strict):
     mlp_hidden_ratio: float = Field(4.0, gt=0)
     trainable: TrainableSizes = TrainableSizes()
     latent_skip: bool = True
-    graph_attention_backend: Literal["reference"] = "reference"
+    graph_attention_backend: Literal["torch", "reference"] = "torch"
     encoder: MapperConfig = MapperConfig()
     decoder: MapperConfig = MapperConfig()
     processor: ProcessorConfig = ProcessorConfig()

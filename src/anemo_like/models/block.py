@@ -22,7 +22,7 @@ class GraphTransformerBlock(nn.Module):
         num_heads: int,
         mlp_hidden_ratio: float,
         bipartite: bool,
-        backend: str = "reference",
+        backend: str,
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
