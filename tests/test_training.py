@@ -100,6 +100,21 @@ def test_anemo_train_cli_runs_from_any_directory_with_a_user_config_dir(tmp_path
     assert (run_dir / "inference.pt").is_file()
 
 
+def test_cli_reports_a_dataset_mismatch_in_one_line_and_exits_2(tmp_path, cache_dir) -> None:
+    command = [
+        str(Path(sys.executable).with_name("anemo-train")),
+        "--config-name=quickstart",
+        "data.variables.prognostic=[z_500,t_860]",
+        f"system.paths.cache={cache_dir}",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "unknown variable(s) 't_860' (did you mean 't_850'?)" in output
+    assert "Traceback" not in output
+
+
 @pytest.mark.skipif(not SHARED_DATASET.exists(), reason=f"real anemoi dataset not present at {SHARED_DATASET}")
 def test_hs_t21_config_trains_on_the_real_anemoi_dataset(tmp_path, compose_run) -> None:
     config = compose_run(

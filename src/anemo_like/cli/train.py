@@ -25,7 +25,12 @@ def _train(cfg: DictConfig) -> None:
         sys.exit(2)
     from anemo_like.training.trainer import Trainer  # torch and friends: only once the config is known good
 
-    Trainer(config).fit()
+    try:  # setup checks the config against the dataset: a mismatch is the user's to fix, not a crash
+        trainer = Trainer(config)
+    except (ValueError, FileNotFoundError) as exc:
+        LOG.error("%s", exc)
+        sys.exit(2)
+    trainer.fit()
 
 
 def main() -> None:
