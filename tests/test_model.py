@@ -83,7 +83,7 @@ def test_chunked_equals_unchunked_forward_and_gradients(small_graph, processor: 
 def test_sliding_window_equals_dense_mask() -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 301, 8, generator=g, dtype=torch.float64) for _ in range(3))
-    for window in (5, 40, 100):
+    for window in (5, 40, 100, 150, 200, 299, 300, 400):
         i = torch.arange(301)
         mask = (i[:, None] - i[None, :]).abs() <= window
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -93,12 +93,17 @@ def test_window_dataset_reads_the_right_dates_variables_and_values(store) -> Non
     assert roles.input == ["b", "a", "lsm", "cos_local_time"] and roles.output == ["b", "a", "tp"]
 
 
-def test_julian_day_forcing_is_periodic_over_a_year() -> None:
-    dates = np.array(["2001-01-01T00", "2001-07-02T12", "2002-01-01T00"], dtype="datetime64[s]")
-    values = computed_forcings(["cos_julian_day", "sin_julian_day"], dates, np.zeros(2))
-    assert values.shape == (3, 2, 2)
-    np.testing.assert_allclose(values[0], values[2], atol=1e-2)
-    assert values[1, 0, 0] < -0.99  # mid-year: half a turn
+def test_julian_day_forcing_turns_once_a_year_and_is_continuous_across_new_year() -> None:
+    dates = np.arange(
+        np.datetime64("2000-12-30T00", "s"), np.datetime64("2002-01-02T00", "s"), np.timedelta64(6, "h")
+    )  # across a leap-year end and a normal one
+    values = computed_forcings(["cos_julian_day", "sin_julian_day"], dates, np.zeros(1))[:, :, 0]
+    angle = np.unwrap(np.arctan2(values[:, 1], values[:, 0]))
+    steps = np.diff(angle)
+    six_hours = 2 * np.pi * 0.25 / 365.25
+    assert np.all(np.abs(steps - six_hours) < 2.5 * six_hours), "the yearly angle must not jump at a year end"
+    mid_year = np.flatnonzero(dates == np.datetime64("2001-07-02T12", "s"))[0]
+    assert values[mid_year, 0] < -0.99  # half a turn after new year
 
 
 def test_rollout_feeds_prognostics_back_and_refreshes_forcings() -> None:

@@ -79,6 +79,23 @@ def test_interrupted_and_resumed_training_matches_uninterrupted(tmp_path, compos
         torch.testing.assert_close(torch.load(resumed.training_checkpoint, weights_only=True)["model"][name], tensor)
 
 
+def test_resume_refuses_a_checkpoint_of_another_model_and_survives_a_cut_metrics_line(tmp_path, compose_run) -> None:
+    common = ["training.max_steps=2", "diagnostics.plots=false"]
+    first = Trainer(compose_run(tmp_path, common)).fit()
+    with first.metrics.open("a") as f:
+        f.write('{"step": 3, "train_lo')  # a write cut short by a kill
+    wider = compose_run(tmp_path, [*common, "model.num_channels=32", f"training.resume={first.training_checkpoint}"])
+    with pytest.raises(ValueError, match=r"model.num_channels: 16 -> 32"):
+        Trainer(wider)
+    resumed = Trainer(
+        compose_run(
+            tmp_path,
+            ["training.max_steps=3", "diagnostics.plots=false", f"training.resume={first.training_checkpoint}"],
+        )
+    ).fit()
+    assert sorted(losses(resumed.metrics)) == [1, 2, 3]
+
+
 def test_anemo_train_cli_runs_from_any_directory_with_a_user_config_dir(tmp_path, cache_dir) -> None:
     user_configs = tmp_path / "my_configs"
     user_configs.mkdir()

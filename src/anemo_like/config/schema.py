@@ -74,7 +74,7 @@ class DataConfig(Strict):
 
 class BatchSizes(Strict):
     train: int = Field(2, ge=1)
-    val: int = Field(4, ge=1)
+    val: int = Field(8, ge=1)
 
 
 class Workers(Strict):
@@ -184,6 +184,15 @@ class TrainingConfig(Strict):
     checkpoint_every_n_steps: int = Field(200, ge=1)
     optimizer: OptimizerConfig = OptimizerConfig()
     variable_loss_weights: dict[str, float] = {}
+
+    @field_validator("variable_loss_weights")
+    @classmethod
+    def _weights_usable(cls, weights: dict[str, float]) -> dict[str, float]:
+        negative = {k: v for k, v in weights.items() if v < 0}
+        if negative:
+            raise ValueError(f"weights must be >= 0, got {negative}")
+        return weights
+
     resume: str | None = Field(None, description="path of a training checkpoint to continue from")
 
 
@@ -223,7 +232,18 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _cross_section_rules(self) -> RunConfig:
-        unknown = set(self.model.relu_bounded) - set(self.data.variables.prognostic + self.data.variables.diagnostic)
+        outputs = set(self.data.variables.prognostic + self.data.variables.diagnostic)
+        unknown = set(self.model.relu_bounded) - outputs
         if unknown:
             raise ValueError(f"model.relu_bounded names {sorted(unknown)}, which are not output variables")
+        unknown = set(self.training.variable_loss_weights) - outputs
+        if unknown:
+            raise ValueError(f"training.variable_loss_weights names {sorted(unknown)}, which are not output variables")
+        if all(self.training.variable_loss_weights.get(name, 1.0) == 0 for name in outputs):
+            raise ValueError("training.variable_loss_weights sets every output variable's weight to 0")
+        plot = self.diagnostics.plot_variable
+        if plot is not None and plot not in outputs:
+            raise ValueError(
+                f"diagnostics.plot_variable '{plot}' is not an output variable; choose from {sorted(outputs)}"
+            )
         return self

@@ -49,6 +49,8 @@ def _describe(error: dict[str, Any], config: Mapping[str, Any]) -> str:
         hint = f" (did you mean '{'.'.join([*map(str, loc[:-1]), guess[0]])}'?)" if guess else ""
         return f"unknown config key '{key}'{hint}; allowed here: {', '.join(allowed)}"
     value = _value_at(config, loc)
+    if isinstance(value, Mapping) or not loc:  # a rule across several keys of a section: name the section only
+        return f"config section '{key}': {error['msg'].removeprefix('Value error, ')}"
     if error["type"] == "missing" or value == "???":
         return f"missing config key '{key}': set it in the config or on the command line ({key}=...)"
     return f"config key '{key}' = {value!r}: {error['msg']}"

@@ -9,8 +9,9 @@ def computed_forcings(names: list[str], dates: np.ndarray, longitudes_deg: np.nd
     """Values of the named forcings, (T, V, G) float32, for ``dates`` (T,) datetime64 and grid longitudes (G,)."""
     dates = dates.astype("datetime64[s]")
     seconds_of_day = (dates - dates.astype("datetime64[D]")).astype(np.float64)
-    day_of_year = (dates.astype("datetime64[D]") - dates.astype("datetime64[Y]")).astype(np.float64)
-    year_angle = 2 * np.pi * (day_of_year + seconds_of_day / 86400.0) / 365.25
+    year_start = dates.astype("datetime64[Y]")
+    year_seconds = ((year_start + 1).astype("datetime64[s]") - year_start).astype(np.float64)  # 365 or 366 days
+    year_angle = 2 * np.pi * (dates - year_start).astype(np.float64) / year_seconds
     local_angle = 2 * np.pi * (seconds_of_day[:, None] / 86400.0 + longitudes_deg[None, :] / 360.0)
     grid = longitudes_deg.shape[0]
     by_name = {

@@ -43,17 +43,20 @@ class WindowDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
+    def _date_slice(self, item: int) -> slice:
+        first = self.date_start + item
+        return slice(first, first + (self.num_states - 1) * self.stride + 1, self.stride)
+
     def dates(self, item: int) -> np.ndarray:
         """Valid dates (num_states,) datetime64[s] of ``item``."""
-        first = self.date_start + item
-        return self.store.dates[first : first + (self.num_states - 1) * self.stride + 1 : self.stride]
+        return self.store.dates[self._date_slice(item)]
 
     def __getitem__(self, item: int) -> torch.Tensor:
         if not 0 <= item < self.length:
             raise IndexError(f"sample {item} out of range 0..{self.length - 1}")
-        first = self.date_start + item
-        dates = slice(first, first + (self.num_states - 1) * self.stride + 1, self.stride)
-        values = self.normalizer.normalize(self.store.read(dates, self.read_index), axis=1)  # (T, V, G)
+        values = self.normalizer.normalize(
+            self.store.read(self._date_slice(item), self.read_index), axis=1
+        )  # (T, V, G)
         if self.computed_names:
             forcing = computed_forcings(self.computed_names, self.dates(item), self.store.longitudes)
             values = np.concatenate([values, forcing], axis=1)

@@ -59,3 +59,27 @@ def load_training_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != TRAINING_FORMAT:
         raise ValueError(f"{path} is not an anemo_like training checkpoint (expected format {TRAINING_FORMAT})")
     return state
+
+
+# Sections of the config that must match for a checkpoint's weights and optimizer state to fit the run.
+RESUME_MUST_MATCH = ("model", "graph", "data.variables", "data.normalizer", "data.timestep", "training.multistep_input")
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}.{key}").items()}
+    return {prefix: value}
+
+
+def resume_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Keys under RESUME_MUST_MATCH whose values differ between two config dicts, as 'key: saved -> current'."""
+    differences = []
+    for section in RESUME_MUST_MATCH:
+        old, new = saved, current
+        for part in section.split("."):
+            old, new = old.get(part, {}), new.get(part, {})
+        flat_old, flat_new = _flatten(old, section), _flatten(new, section)
+        for key in sorted(flat_old.keys() | flat_new.keys()):
+            if flat_old.get(key) != flat_new.get(key):
+                differences.append(f"{key}: {flat_old.get(key)!r} -> {flat_new.get(key)!r}")
+    return differences

@@ -17,7 +17,12 @@ from anemo_like.graphs import load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.profiling.memory import peak_rss_mib
-from anemo_like.training.checkpoint import load_training_checkpoint, save_training_checkpoint, set_rng_state
+from anemo_like.training.checkpoint import (
+    load_training_checkpoint,
+    resume_mismatches,
+    save_training_checkpoint,
+    set_rng_state,
+)
 from anemo_like.training.data_setup import DataSetup, setup_data
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.plots import plot_forecast_map, plot_loss_curve
@@ -48,7 +53,7 @@ def seed_everything(seed: int) -> None:
 
 def select_device(accelerator: str) -> torch.device:
     if accelerator == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("system.hardware.accelerator is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
+        raise ValueError("system.hardware.accelerator is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
     if accelerator == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(accelerator)
@@ -61,8 +66,14 @@ class MetricsLog:
         self.path = path
         self.records: list[dict] = []
         if path.exists():
-            lines = path.read_text().splitlines()
-            self.records = [r for r in map(json.loads, lines) if r["step"] <= keep_until_step]
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    LOG.warning("%s line %d is not JSON (a write cut short?): dropped", path, number)
+                    continue
+                if record["step"] <= keep_until_step:
+                    self.records.append(record)
         path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
     def write(self, record: dict) -> None:
@@ -99,9 +110,6 @@ class Trainer:
             self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
         )
         weights = [config.training.variable_loss_weights.get(n, 1.0) for n in self.data.roles.output]
-        unknown = set(config.training.variable_loss_weights) - set(self.data.roles.output)
-        if unknown:
-            raise ValueError(f"training.variable_loss_weights names {sorted(unknown)}, which are not output variables")
         self.area_weight = torch.as_tensor(self.graph["data"].area_weight, dtype=torch.float32)
         self.loss_fn = WeightedMSE(
             area_weight=self.area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32)
@@ -121,6 +129,12 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- state
     def _resume(self, path: Path) -> None:
         state = load_training_checkpoint(path)
+        mismatches = resume_mismatches(json.loads(state["config"]), self.config.model_dump(mode="json"))
+        if mismatches:
+            raise ValueError(
+                f"training.resume: {path} was written by a run whose config differs where the weights depend on it:\n  "
+                + "\n  ".join(mismatches)
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
@@ -174,7 +188,7 @@ class Trainer:
             loss_fn=self.loss_fn,
             multistep=cfg.training.multistep_input,
             steps=cfg.training.val_rollout,
-            step_hours=int(self.data.store.frequency.total_seconds() * self.data.stride // 3600),
+            step_length=self.data.store.frequency * self.data.stride,
             input_positions=self.data.input_positions,
             output_positions=self.data.output_positions,
             output_names=self.data.roles.output,
@@ -270,10 +284,6 @@ class Trainer:
     def _plot_forecast(self) -> None:
         roles = self.data.roles
         name = self.config.diagnostics.plot_variable or roles.prognostic[0]
-        if name not in roles.output:
-            raise ValueError(
-                f"diagnostics.plot_variable '{name}' is not an output variable; choose from {roles.output}"
-            )
         self.model.eval()
         batch = self.data.val[0].unsqueeze(0).to(self.device)
         prediction, target = next(

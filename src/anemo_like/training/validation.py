@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from anemo_like.data.zarr_store import format_frequency
 from anemo_like.training.rollout import rollout
 
 
@@ -17,7 +19,7 @@ class ValidationResult:
     """RMSE tables (lead, variable) in physical units; persistence only for prognostic variables."""
 
     variables: list[str]
-    lead_hours: list[int]
+    leads: list[str]  # lead times, e.g. "6h", "30m", "1d"
     model_rmse: np.ndarray  # (L, V)
     persistence_rmse: np.ndarray  # (L, P), P = number of prognostic variables
     loss: float
@@ -27,13 +29,13 @@ class ValidationResult:
         lines = ["| variable | lead | model RMSE | persistence RMSE | model / persistence |", "|---|---|---|---|---|"]
         num_prognostic = self.persistence_rmse.shape[1]
         for v, name in enumerate(self.variables):
-            for li, lead in enumerate(self.lead_hours):
+            for li, lead in enumerate(self.leads):
                 model = self.model_rmse[li, v]
                 if v < num_prognostic:
                     pers = self.persistence_rmse[li, v]
-                    lines.append(f"| {name} | {lead} h | {model:.4g} | {pers:.4g} | {model / pers:.3f} |")
+                    lines.append(f"| {name} | {lead} | {model:.4g} | {pers:.4g} | {model / pers:.3f} |")
                 else:
-                    lines.append(f"| {name} | {lead} h | {model:.4g} | n/a | n/a |")
+                    lines.append(f"| {name} | {lead} | {model:.4g} | n/a | n/a |")
         return "\n".join(lines)
 
     def beats_persistence(self, lead_index: int = 0) -> bool:
@@ -42,9 +44,9 @@ class ValidationResult:
 
     def as_record(self) -> dict[str, float]:
         record = {"val_loss": self.loss}
-        for li, lead in enumerate(self.lead_hours):
+        for li, lead in enumerate(self.leads):
             for v, name in enumerate(self.variables):
-                record[f"rmse_{name}_{lead}h"] = float(self.model_rmse[li, v])
+                record[f"rmse_{name}_{lead}"] = float(self.model_rmse[li, v])
         return record
 
 
@@ -56,7 +58,7 @@ def validate(
     loss_fn: nn.Module,
     multistep: int,
     steps: int,
-    step_hours: int,
+    step_length: datetime.timedelta,
     input_positions: list[int],
     output_positions: list[int],
     output_names: list[str],
@@ -104,7 +106,7 @@ def validate(
         raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_val_batches")
     return ValidationResult(
         variables=output_names,
-        lead_hours=[step_hours * (s + 1) for s in range(steps)],
+        leads=[format_frequency(step_length * (s + 1)) for s in range(steps)],
         model_rmse=np.sqrt(sq_model.cpu().numpy() / samples),
         persistence_rmse=np.sqrt(sq_pers.cpu().numpy() / samples),
         loss=loss_sum / samples,
