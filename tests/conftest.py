@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from anemo_like.config import RunConfig, config_dir, validate_config
+from anemo_like.graphs import build_graph
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "hs-t21-seed1-1y.zarr"
 
@@ -42,3 +44,12 @@ def compose_run(cache_dir):
         return validate_config(OmegaConf.to_container(cfg, resolve=True))
 
     return compose_run
+
+
+@pytest.fixture(scope="session")
+def small_graph():
+    """A 12x24 lat/lon grid on a once-refined icosahedron."""
+    lats = -90.0 + (np.arange(12) + 0.5) * 15.0
+    lons = np.arange(24) * 15.0
+    lat, lon = (a.ravel() for a in np.meshgrid(lats, lons, indexing="ij"))
+    return build_graph(lat, lon, mesh_resolution=1)

@@ -12,15 +12,6 @@ from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
 from anemo_like.models.sliding_window import sliding_window_attention
 
-
-@pytest.fixture(scope="module")
-def small_graph():
-    lats = -90.0 + (np.arange(12) + 0.5) * 15.0
-    lons = np.arange(24) * 15.0
-    lat, lon = (a.ravel() for a in np.meshgrid(lats, lons, indexing="ij"))
-    return build_graph(lat, lon, mesh_resolution=1)
-
-
 LAYOUT = VariableLayout(
     num_input=5, num_output=4, prognostic_input=[0, 1, 2], prognostic_output=[0, 1, 2], relu_floor={3: -0.5}
 )

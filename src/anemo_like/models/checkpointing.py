@@ -29,7 +29,7 @@ def balanced_bounds(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 def run_layer_segments(
-    layers: Sequence[nn.Module], x: Tensor, *, num_segments: int, checkpointing: bool, **kwargs: Tensor
+    layers: Sequence[nn.Module], x: Tensor, *, num_segments: int, checkpointing: bool, **kwargs: object
 ) -> Tensor:
     """Apply ``layers`` in order, grouped into ``num_segments`` checkpoint segments of consecutive layers."""
 

@@ -75,6 +75,7 @@ class ForecastModel(nn.Module):
                 raise ValueError("the graphtransformer processor needs hidden->hidden edges, but the graph has none")
             self.processor = GraphTransformerProcessor(
                 channels=channels,
+                num_nodes=num_hidden,
                 edge_attr=graph[PROCESSOR_EDGES].edge_attr,
                 edge_index=graph[PROCESSOR_EDGES].edge_index,
                 trainable_edge_size=config.trainable.edges,

@@ -8,42 +8,13 @@ one preallocated output. Each chunk is checkpointed, so backward holds one chunk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
-from anemo_like.models.checkpointing import balanced_bounds, maybe_checkpoint
+from anemo_like.models.checkpointing import maybe_checkpoint
+from anemo_like.models.chunking import ChunkPlans, DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
-
-
-@dataclass(frozen=True)
-class MapperChunk:
-    """One destination chunk: rows [dst_start, dst_stop), edges [edge_start, edge_stop) and the sources they use."""
-
-    dst_start: int
-    dst_stop: int
-    edge_start: int
-    edge_stop: int
-    src_index: Tensor  # (S_chunk,) global source rows referenced by the chunk's edges
-    edge_index: Tensor  # (2, E_chunk) relabelled: sources into src_index, destinations from dst_start
-
-
-def plan_chunks(edge_index: Tensor, num_dst: int, num_chunks: int) -> list[MapperChunk]:
-    """Split destination-sorted ``edge_index`` (2, E) into ``num_chunks`` balanced destination chunks."""
-    dst = edge_index[1]
-    if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):
-        raise ValueError("mapper edges must be sorted by destination node")
-    chunks = []
-    for dst_start, dst_stop in balanced_bounds(num_dst, num_chunks):
-        edge_start, edge_stop = (
-            int(i) for i in torch.searchsorted(dst, torch.tensor([dst_start, dst_stop], device=dst.device))
-        )
-        src_index, src_local = torch.unique(edge_index[0, edge_start:edge_stop], return_inverse=True)
-        local = torch.stack([src_local, dst[edge_start:edge_stop] - dst_start])
-        chunks.append(MapperChunk(dst_start, dst_stop, edge_start, edge_stop, src_index, local))
-    return chunks
+from anemo_like.models.inference_chunks import inference_num_chunks
 
 
 class GraphTransformerMapper(nn.Module):
@@ -87,26 +58,23 @@ class GraphTransformerMapper(nn.Module):
             else nn.Identity()
         )
         self.out_channels = out_channels or channels
-        self._plans: dict[tuple[int, torch.device], list[MapperChunk]] = {}
+        self.plans = ChunkPlans(num_dst)
 
-    def chunks(self, num_chunks: int) -> list[MapperChunk]:
-        """The chunk plan for ``num_chunks``, built once per chunk count and device."""
-        key = (num_chunks, self.edges.edge_index.device)
-        if key not in self._plans:
-            self._plans[key] = plan_chunks(self.edges.edge_index, self.num_dst, num_chunks)
-        return self._plans[key]
-
-    def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: MapperChunk) -> Tensor:
+    def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk) -> Tensor:
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
         dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
         edge_attr = self.edges(slice(chunk.edge_start, chunk.edge_stop))
         return self.head(self.block(src, dst, edge_attr, chunk.edge_index))
 
-    def forward(self, x_src: Tensor, x_dst: Tensor, num_chunks: int | None = None) -> Tensor:
-        """x_src: (B, N_src, src_in), x_dst: (B, N_dst, dst_in) -> (B, N_dst, out_channels)."""
+    def forward(self, x_src: Tensor, x_dst: Tensor) -> Tensor:
+        """x_src: (B, N_src, src_in), x_dst: (B, N_dst, dst_in) -> (B, N_dst, out_channels).
+
+        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER]`` overrides the configured chunk count.
+        """
         out = x_dst.new_empty(x_dst.shape[0], self.num_dst, self.out_channels)
         checkpointing = self.gradient_checkpointing and self.training
-        for chunk in self.chunks(num_chunks or self.num_chunks):
+        num_chunks = self.num_chunks if self.training else inference_num_chunks("MAPPER") or self.num_chunks
+        for chunk in self.plans(self.edges.edge_index, num_chunks):
             out[:, chunk.dst_start : chunk.dst_stop] = maybe_checkpoint(
                 checkpointing, self._run_chunk, x_src, x_dst, chunk
             )

@@ -11,7 +11,9 @@ from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import run_layer_segments
+from anemo_like.models.chunking import ChunkPlans, DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
+from anemo_like.models.inference_chunks import inference_num_chunks
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
 
 
@@ -22,8 +24,10 @@ class _ProcessorLayer(nn.Module):
         super().__init__()
         self.block = block
 
-    def forward(self, x: Tensor, *, edge_attr: Tensor, edge_index: Tensor) -> Tensor:
-        return self.block(x, x, edge_attr, edge_index)
+    def forward(
+        self, x: Tensor, *, edge_attr: Tensor, edge_index: Tensor, chunks: list[DestinationChunk] | None
+    ) -> Tensor:
+        return self.block(x, x, edge_attr, edge_index, chunks)
 
 
 class GraphTransformerProcessor(nn.Module):
@@ -31,6 +35,7 @@ class GraphTransformerProcessor(nn.Module):
         self,
         *,
         channels: int,
+        num_nodes: int,
         edge_attr: Tensor,
         edge_index: Tensor,
         trainable_edge_size: int,
@@ -45,6 +50,7 @@ class GraphTransformerProcessor(nn.Module):
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
         self.edges = EdgeFeatures(edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size)
+        self.plans = ChunkPlans(num_nodes)
         self.layers = nn.ModuleList(
             _ProcessorLayer(
                 GraphTransformerBlock(
@@ -60,7 +66,12 @@ class GraphTransformerProcessor(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, N_hidden, C) -> (B, N_hidden, C)."""
+        """x: (B, N_hidden, C) -> (B, N_hidden, C).
+
+        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_PROCESSOR]`` splits each layer's edges into that many
+        destination chunks.
+        """
+        edge_chunks = None if self.training else inference_num_chunks("PROCESSOR")
         return run_layer_segments(
             self.layers,
             x,
@@ -68,6 +79,7 @@ class GraphTransformerProcessor(nn.Module):
             checkpointing=self.gradient_checkpointing and self.training,
             edge_attr=self.edges(),
             edge_index=self.edges.edge_index,
+            chunks=self.plans(self.edges.edge_index, edge_chunks) if edge_chunks else None,
         )
 
 

@@ -1,0 +1,71 @@
+"""ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER|_PROCESSOR]: change chunking in eval mode only, read at every call,
+and never change the numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_model import make_model
+
+VARIABLES = (
+    "ANEMOI_INFERENCE_NUM_CHUNKS",
+    "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER",
+    "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR",
+)
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def model_and_input(graph):
+    model = make_model(graph, encoder={"num_chunks": 1}, decoder={"num_chunks": 1}).eval()
+    x = torch.randn(2, 2, graph["data"].num_nodes, 5, generator=torch.Generator().manual_seed(3))
+    return model, x
+
+
+@pytest.mark.parametrize(
+    ("settings", "mapper", "processor"),
+    [
+        ({"ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER": "4"}, 4, None),
+        ({"ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR": "3"}, 1, 3),
+        ({"ANEMOI_INFERENCE_NUM_CHUNKS": "8"}, 8, 8),
+        ({"ANEMOI_INFERENCE_NUM_CHUNKS": "2", "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER": "16"}, 16, 2),
+    ],
+)
+def test_env_chunking_in_eval_equals_unchunked(small_graph, clean_env, settings, mapper, processor) -> None:
+    model, x = model_and_input(small_graph)
+    with torch.no_grad():
+        expected = model(x)
+        for name, value in settings.items():
+            clean_env.setenv(name, value)
+        got = model(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert mapper in model.encoder.plans.built() and mapper in model.decoder.plans.built()
+    assert model.processor.plans.built() == ([] if processor is None else [processor])
+
+
+def test_env_is_ignored_in_training_and_read_at_every_call(small_graph, clean_env) -> None:
+    model, x = model_and_input(small_graph)
+    clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS", "4")
+    model.train()
+    model(x).sum().backward()
+    assert model.encoder.plans.built() == [1] and model.processor.plans.built() == []
+    model.eval()
+    with torch.no_grad():
+        model(x)
+        clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS", "2")
+        model(x)
+    assert model.encoder.plans.built() == [1, 2, 4] and model.processor.plans.built() == [2, 4]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "four", "1.5"])
+def test_invalid_value_names_the_variable(small_graph, clean_env, value: str) -> None:
+    model, x = model_and_input(small_graph)
+    clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR", value)
+    expected = f"ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR={value!r}: expected a positive"
+    with pytest.raises(ValueError, match=expected), torch.no_grad():
+        model(x)
