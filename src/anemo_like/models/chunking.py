@@ -36,21 +36,3 @@ def plan_destination_chunks(edge_index: Tensor, num_dst: int, num_chunks: int) -
         local = torch.stack([src_local, dst[edge_start:edge_stop] - dst_start])
         chunks.append(DestinationChunk(dst_start, dst_stop, edge_start, edge_stop, src_index, local))
     return chunks
-
-
-class ChunkPlans:
-    """Chunk plans of one static edge set, built once per (chunk count, device) and reused at every call."""
-
-    def __init__(self, num_dst: int) -> None:
-        self.num_dst = num_dst
-        self._plans: dict[tuple[int, torch.device], list[DestinationChunk]] = {}
-
-    def __call__(self, edge_index: Tensor, num_chunks: int) -> list[DestinationChunk]:
-        key = (num_chunks, edge_index.device)
-        if key not in self._plans:
-            self._plans[key] = plan_destination_chunks(edge_index, self.num_dst, num_chunks)
-        return self._plans[key]
-
-    def built(self) -> list[int]:
-        """Chunk counts planned so far."""
-        return sorted({count for count, _ in self._plans})

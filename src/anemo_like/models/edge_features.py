@@ -1,19 +1,24 @@
-"""Per-edge inputs of one edge set: fixed attributes [length, direction] plus zero-initialised trainable features."""
+"""One edge set: destination-sorted ``edge_index``, per-edge features and its destination-chunk plans."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
+from anemo_like.models.chunking import DestinationChunk, plan_destination_chunks
+
 
 class EdgeFeatures(nn.Module):
-    """Holds ``edge_index`` (2, E), sorted by destination, and the edge features (E, A + trainable_size)."""
+    """Holds ``edge_index`` (2, E), sorted by destination, and the edge features (E, A + trainable_size):
+    fixed attributes [length, direction] plus zero-initialised trainable features."""
 
-    def __init__(self, *, edge_index: Tensor, edge_attr: Tensor, trainable_size: int) -> None:
+    def __init__(self, *, edge_index: Tensor, edge_attr: Tensor, trainable_size: int, num_dst: int) -> None:
         super().__init__()
+        self.num_dst = num_dst
         self.register_buffer("edge_index", edge_index.long(), persistent=False)
         self.register_buffer("fixed", edge_attr.float(), persistent=False)
         self.trainable = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_size))
+        self._plans: dict[tuple[int, torch.device], list[DestinationChunk]] = {}
 
     @property
     def dim(self) -> int:
@@ -22,3 +27,14 @@ class EdgeFeatures(nn.Module):
     def forward(self, edges: slice = slice(None)) -> Tensor:
         """Features of the edges in ``edges``, (E_slice, dim)."""
         return torch.cat([self.fixed[edges], self.trainable[edges]], dim=-1)
+
+    def chunks(self, num_chunks: int) -> list[DestinationChunk]:
+        """Destination-chunk plan for ``num_chunks``, built once per chunk count and device, then reused."""
+        key = (num_chunks, self.edge_index.device)
+        if key not in self._plans:
+            self._plans[key] = plan_destination_chunks(self.edge_index, self.num_dst, num_chunks)
+        return self._plans[key]
+
+    def planned_chunk_counts(self) -> list[int]:
+        """Chunk counts planned so far."""
+        return sorted({count for count, _ in self._plans})

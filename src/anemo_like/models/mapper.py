@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import maybe_checkpoint
-from anemo_like.models.chunking import ChunkPlans, DestinationChunk
+from anemo_like.models.chunking import DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
 
@@ -41,7 +41,9 @@ class GraphTransformerMapper(nn.Module):
         self.num_dst = num_dst
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
-        self.edges = EdgeFeatures(edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size)
+        self.edges = EdgeFeatures(
+            edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size, num_dst=num_dst
+        )
         self.embed_src = nn.Linear(src_in_channels, channels) if src_in_channels is not None else nn.Identity()
         self.embed_dst = nn.Linear(dst_in_channels, channels)
         self.block = GraphTransformerBlock(
@@ -58,7 +60,6 @@ class GraphTransformerMapper(nn.Module):
             else nn.Identity()
         )
         self.out_channels = out_channels or channels
-        self.plans = ChunkPlans(num_dst)
 
     def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk) -> Tensor:
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
@@ -74,7 +75,7 @@ class GraphTransformerMapper(nn.Module):
         out = x_dst.new_empty(x_dst.shape[0], self.num_dst, self.out_channels)
         checkpointing = self.gradient_checkpointing and self.training
         num_chunks = self.num_chunks if self.training else inference_num_chunks("MAPPER") or self.num_chunks
-        for chunk in self.plans(self.edges.edge_index, num_chunks):
+        for chunk in self.edges.chunks(num_chunks):
             out[:, chunk.dst_start : chunk.dst_stop] = maybe_checkpoint(
                 checkpointing, self._run_chunk, x_src, x_dst, chunk
             )

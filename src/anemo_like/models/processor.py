@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import run_layer_segments
-from anemo_like.models.chunking import ChunkPlans, DestinationChunk
+from anemo_like.models.chunking import DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
@@ -49,8 +49,9 @@ class GraphTransformerProcessor(nn.Module):
         super().__init__()
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
-        self.edges = EdgeFeatures(edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size)
-        self.plans = ChunkPlans(num_nodes)
+        self.edges = EdgeFeatures(
+            edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size, num_dst=num_nodes
+        )
         self.layers = nn.ModuleList(
             _ProcessorLayer(
                 GraphTransformerBlock(
@@ -79,7 +80,7 @@ class GraphTransformerProcessor(nn.Module):
             checkpointing=self.gradient_checkpointing and self.training,
             edge_attr=self.edges(),
             edge_index=self.edges.edge_index,
-            chunks=self.plans(self.edges.edge_index, edge_chunks) if edge_chunks else None,
+            chunks=self.edges.chunks(edge_chunks) if edge_chunks and edge_chunks > 1 else None,
         )
 
 
