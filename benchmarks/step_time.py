@@ -91,6 +91,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--batch", type=int, default=1)
     r.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch default)")
     r.add_argument("--optim", choices=["none", "adamw"], default="none")
+    r.add_argument(
+        "--mode",
+        choices=["train", "infer"],
+        default="train",
+        help="train: forward+backward; infer: eval-mode forward without gradients (ANEMOI_INFERENCE_NUM_CHUNKS* apply)",
+    )
+    r.add_argument(
+        "--release-cpu-heap-mib",
+        type=float,
+        default=64.0,
+        help="system.hardware.release_cpu_heap_mib (0: off, glibc keeps freed heap resident)",
+    )
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--label", default="")
     r.add_argument("--out", default="", help="also append the JSON line to this file")
@@ -127,12 +139,14 @@ def main(argv: list[str] | None = None) -> dict:
     from anemo_like.config.schema import ModelConfig
     from anemo_like.graphs import build_graph
     from anemo_like.models import ForecastModel, VariableLayout
+    from anemo_like.models.heap_release import set_heap_release
     from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
     time_import = time.perf_counter() - start_import
     rss_after_import = current_rss_mib()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    heap_release = set_heap_release(args.release_cpu_heap_mib or None)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
 
@@ -177,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         relu_floor={0: 0.0},  # like the anchor's ReLU bounding of its first variable
     )
     model = ForecastModel(config=model_config, graph=graph, layout=layout, multistep=args.multistep)
-    model.train()
+    model.train(args.mode == "train")
     time_model = time.perf_counter() - start
     peak_model = peak_rss_mib()
     n_params = sum(p.numel() for p in model.parameters())
@@ -191,9 +205,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     def step() -> tuple[float, float, float, float]:
         cpu_start, wall_start = cpu_time_s(), time.perf_counter()
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        with torch.set_grad_enabled(args.mode == "train"):
+            loss = torch.nn.functional.mse_loss(model(x), y)
         wall_mid = time.perf_counter()
-        loss.backward()
+        if args.mode == "train":
+            loss.backward()
         if optimizer is not None:
             optimizer.step()
         wall_end, cpu_end = time.perf_counter(), cpu_time_s()
@@ -266,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict:
             "seed": args.seed,
             "window_size": args.window_size if args.processor == "transformer" else None,
             "graph_attention_backend": args.graph_attention_backend,
+            "mode": args.mode,
+            "release_cpu_heap_mib": args.release_cpu_heap_mib if heap_release else None,
         },
         "graph": graph_summary(graph),
         "params": n_params,

@@ -19,6 +19,7 @@ TINY_MODEL = [
     "model.num_channels=16",
     "model.num_heads=2",
     "model.processor.num_layers=1",
+    "model.processor.num_chunks=1",
     "dataloader.batch_size.train=2",
     "dataloader.batch_size.val=16",
     "dataloader.limit_val_batches=2",

@@ -55,7 +55,7 @@ def test_wrong_type_and_impossible_values_are_named() -> None:
     message = str(info.value)
     assert "'model.num_channels' = 'wide'" in message
     assert "'model.encoder.num_chunks' = 3" in message and "power of two" in message
-    assert "num_chunks (99) must be at most num_layers" in message
+    assert "num_chunks (99) must be between 1 and num_layers (4)" in message
 
 
 def test_cross_field_rules() -> None:

@@ -98,28 +98,42 @@ class GraphConfig(Strict):
 
 # ---------------------------------------------------------------------------------------------- model
 class MapperConfig(Strict):
-    num_chunks: int = 1
+    num_chunks: int | Literal["auto"] = Field(
+        4, description="destination chunks, a power of two; auto: smallest that fits system.hardware.memory_budget_gb"
+    )
+    shard_strategy: Literal["edges"] = Field(
+        "edges", description="edges: contiguous destination blocks own their incoming edges"
+    )
     gradient_checkpointing: bool = True
 
     @field_validator("num_chunks")
     @classmethod
-    def _power_of_two(cls, v: int) -> int:
-        if not _is_power_of_two(v):
-            raise ValueError(f"must be a power of two (1, 2, 4, ...), got {v}")
+    def _power_of_two(cls, v: int | str) -> int | str:
+        if v != "auto" and not _is_power_of_two(v):
+            raise ValueError(f"must be a power of two (1, 2, 4, ...) or 'auto', got {v}")
         return v
 
 
 class ProcessorConfig(Strict):
     type: Literal["graphtransformer", "transformer"] = "graphtransformer"
     num_layers: int = Field(4, ge=1)
-    num_chunks: int = Field(1, ge=1, description="checkpoint segments: consecutive layers grouped per segment")
+    num_chunks: int | Literal["auto"] = Field(
+        2, description="checkpoint segments of consecutive layers (at most num_layers); auto: fit the memory budget"
+    )
     gradient_checkpointing: bool = True
     window_size: int = Field(512, ge=1, description="transformer only: half width of the sliding window (nodes)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_chunks_fit_layers(cls, data: object) -> object:
+        if isinstance(data, dict) and "num_chunks" not in data and isinstance(data.get("num_layers"), int):
+            data = {**data, "num_chunks": max(1, min(2, data["num_layers"]))}
+        return data
+
     @model_validator(mode="after")
     def _chunks_fit_layers(self) -> ProcessorConfig:
-        if self.num_chunks > self.num_layers:
-            raise ValueError(f"num_chunks ({self.num_chunks}) must be at most num_layers ({self.num_layers})")
+        if self.num_chunks != "auto" and not 1 <= self.num_chunks <= self.num_layers:
+            raise ValueError(f"num_chunks ({self.num_chunks}) must be between 1 and num_layers ({self.num_layers})")
         return self
 
 
@@ -200,6 +214,12 @@ class TrainingConfig(Strict):
 class HardwareConfig(Strict):
     accelerator: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; None keeps torch's default")
+    memory_budget_gb: float | None = Field(
+        None, gt=0, description="memory per model instance for num_chunks: auto; None: 80 % of what the device has"
+    )
+    release_cpu_heap_mib: float | None = Field(
+        64.0, gt=0, description="on CPU, return free heap above this to the OS at chunk boundaries; None: never"
+    )
 
 
 class PathsConfig(Strict):

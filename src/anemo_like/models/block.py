@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import torch
 from torch import Tensor, nn
 
-from anemo_like.models.chunking import DestinationChunk
+from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
+from anemo_like.models.mlp import MLP
 
 
 class GraphTransformerBlock(nn.Module):
@@ -41,45 +39,23 @@ class GraphTransformerBlock(nn.Module):
         self.projection = nn.Linear(channels, channels)
         hidden = int(channels * mlp_hidden_ratio + 0.5)
         self.norm_mlp = nn.LayerNorm(channels)
-        self.mlp = nn.Sequential(nn.Linear(channels, hidden), nn.GELU(), nn.Linear(hidden, channels))
+        self.mlp = MLP(channels, hidden)
 
     def _heads(self, t: Tensor) -> Tensor:
         return t.unflatten(-1, (self.num_heads, -1))
 
-    def forward(
-        self,
-        x_src: Tensor,
-        x_dst: Tensor,
-        edge_attr: Tensor,
-        edge_index: Tensor,
-        chunks: Sequence[DestinationChunk] | None = None,
-    ) -> Tensor:
-        """x_src: (B, N_src, C), x_dst: (B, N_dst, C), edge_attr: (E, edge_dim), edge_index: (2, E) -> (B, N_dst, C).
+    def forward(self, x_src: Tensor, x_dst: Tensor, edge_attr: Tensor, edges: SortedEdges, min_blocks: int = 1) -> Tensor:
+        """x_src: (B, N_src, C), x_dst: (B, N_dst, C), edge_attr: (E, edge_dim) -> (B, N_dst, C).
 
-        With ``chunks`` (destination-sorted edges), attention and the edge embedding run one destination chunk at
-        a time, so only one chunk's edge tensors exist at once.
+        ``min_blocks`` asks the attention backend to split the edges into at least that many blocks.
         """
         h_dst = self.norm_dst(x_dst)
         h_src = h_dst if self.norm_src is None else self.norm_src(x_src)
         q = self._heads(self.lin_query(h_dst))
         k = self._heads(self.lin_key(h_src))
         v = self._heads(self.lin_value(h_src))
-        if chunks is None:
-            attended = self.attention(q, k, v, self._heads(self.lin_edge(edge_attr)), edge_index)
-        else:
-            attended = torch.cat(
-                [
-                    self.attention(
-                        q[:, c.dst_start : c.dst_stop],
-                        k.index_select(1, c.src_index),
-                        v.index_select(1, c.src_index),
-                        self._heads(self.lin_edge(edge_attr[c.edge_start : c.edge_stop])),
-                        c.edge_index,
-                    )
-                    for c in chunks
-                ],
-                dim=1,
-            )
-        attended = attended.flatten(-2)
+        attended = self.attention(
+            q, k, v, edge_attr, self.lin_edge.weight, self.lin_edge.bias, edges, min_blocks=min_blocks
+        ).flatten(-2)
         out = x_dst + self.projection(attended + self.lin_self(h_dst))
         return out + self.mlp(self.norm_mlp(out))

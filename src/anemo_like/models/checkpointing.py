@@ -8,12 +8,22 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from anemo_like.models.heap_release import maybe_release_heap
+
 
 def maybe_checkpoint(enabled: bool, fn: Callable[..., Tensor], *args: object) -> Tensor:
-    """Run ``fn(*args)``; when ``enabled`` and gradients are on, keep only its inputs and recompute in backward."""
+    """Run ``fn(*args)``; when ``enabled`` and gradients are on, keep only its inputs and recompute in backward.
+
+    Every run (and recomputation) of ``fn`` is a chunk boundary: free CPU heap may be released first.
+    """
+
+    def run(*inputs: object) -> Tensor:
+        maybe_release_heap()
+        return fn(*inputs)
+
     if enabled and torch.is_grad_enabled():
-        return checkpoint(fn, *args, use_reentrant=False)
-    return fn(*args)
+        return checkpoint(run, *args, use_reentrant=False)
+    return run(*args)
 
 
 def balanced_bounds(total: int, parts: int) -> list[tuple[int, int]]:

@@ -1,9 +1,19 @@
-"""Destination chunks: contiguous blocks of destination nodes, each owning one slice of destination-sorted edges."""
+"""Destination-sorted edges and the two ways they are cut.
+
+- ``DestinationChunk`` (mapper chunks, ``model.encoder/decoder.num_chunks``): a contiguous block of destination
+  nodes, the contiguous slice of edges that point to it and the source rows those edges use (relabelled).
+- ``EdgeBlock`` (inside the ``torch`` attention backend): a destination-aligned slice of at most a given number
+  of edges, so per-edge tensors never exceed a fixed size. A destination's edges never straddle two blocks, so
+  each block's softmax is complete.
+
+Plans are built once per edge set, count and device, and reused.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -11,28 +21,89 @@ from anemo_like.models.checkpointing import balanced_bounds
 
 
 @dataclass(frozen=True)
+class EdgeBlock:
+    """Edges [edge_start, edge_stop) all pointing into destinations [dst_start, dst_stop)."""
+
+    dst_start: int
+    dst_stop: int
+    edge_start: int
+    edge_stop: int
+    src: Tensor  # (E_block,) source rows
+    dst_local: Tensor  # (E_block,) destination rows minus dst_start
+
+
+class SortedEdges:
+    """Edges (2, E) sorted by destination, over ``num_dst`` destinations, with cached edge-block plans."""
+
+    def __init__(self, edge_index: Tensor, num_dst: int) -> None:
+        dst = edge_index[1]
+        if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):
+            raise ValueError("graph-attention edges must be sorted by destination node")
+        self.src, self.dst, self.num_dst = edge_index[0], dst, num_dst
+        self._blocks: dict[tuple[int, int], tuple[EdgeBlock, ...]] = {}
+
+    @property
+    def num_edges(self) -> int:
+        return self.src.numel()
+
+    def blocks(self, max_edges: int, min_blocks: int = 1) -> tuple[EdgeBlock, ...]:
+        """Destination-aligned blocks of at most ``max_edges`` edges (more only where one destination alone has
+        more), and at least ``min_blocks`` of them when there are enough destinations; cached per argument pair."""
+        key = (max_edges, min_blocks)
+        if key not in self._blocks:
+            self._blocks[key] = self._plan_blocks(max_edges, min_blocks)
+        return self._blocks[key]
+
+    def planned_min_blocks(self) -> list[int]:
+        """The ``min_blocks`` values asked for so far (for tests and logging)."""
+        return sorted({m for _, m in self._blocks})
+
+    def _plan_blocks(self, max_edges: int, min_blocks: int) -> tuple[EdgeBlock, ...]:
+        """Greedy: each block takes destinations while its edges stay within the bound."""
+        bound = max(1, min(max_edges, -(-self.num_edges // min_blocks)))
+        row_start = torch.searchsorted(self.dst, torch.arange(self.num_dst + 1, device=self.dst.device))
+        row_start_host = row_start.cpu().numpy()
+        blocks, dst_start = [], 0
+        while dst_start < self.num_dst:
+            limit = row_start_host[dst_start] + bound
+            dst_stop = max(dst_start + 1, int(np.searchsorted(row_start_host, limit, side="right")) - 1)
+            edge_start, edge_stop = int(row_start_host[dst_start]), int(row_start_host[dst_stop])
+            if edge_stop > edge_start:
+                blocks.append(
+                    EdgeBlock(
+                        dst_start,
+                        dst_stop,
+                        edge_start,
+                        edge_stop,
+                        self.src[edge_start:edge_stop],
+                        self.dst[edge_start:edge_stop] - dst_start,
+                    )
+                )
+            dst_start = dst_stop
+        return tuple(blocks)
+
+
+@dataclass(frozen=True)
 class DestinationChunk:
-    """One destination chunk: rows [dst_start, dst_stop), edges [edge_start, edge_stop) and the sources they use."""
+    """One mapper chunk: rows [dst_start, dst_stop), edges [edge_start, edge_stop) and the sources they use."""
 
     dst_start: int
     dst_stop: int
     edge_start: int
     edge_stop: int
     src_index: Tensor  # (S_chunk,) global source rows referenced by the chunk's edges
-    edge_index: Tensor  # (2, E_chunk) relabelled: sources into src_index, destinations from dst_start
+    edges: SortedEdges  # the chunk's edges relabelled: sources into src_index, destinations from dst_start
 
 
-def plan_destination_chunks(edge_index: Tensor, num_dst: int, num_chunks: int) -> list[DestinationChunk]:
-    """Split destination-sorted ``edge_index`` (2, E) into ``num_chunks`` balanced destination chunks."""
-    dst = edge_index[1]
-    if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):
-        raise ValueError("chunked edges must be sorted by destination node")
+def plan_destination_chunks(edges: SortedEdges, num_chunks: int) -> list[DestinationChunk]:
+    """Split ``edges`` into ``num_chunks`` contiguous destination chunks of balanced size."""
     chunks = []
-    for dst_start, dst_stop in balanced_bounds(num_dst, num_chunks):
+    for dst_start, dst_stop in balanced_bounds(edges.num_dst, num_chunks):
         edge_start, edge_stop = (
-            int(i) for i in torch.searchsorted(dst, torch.tensor([dst_start, dst_stop], device=dst.device))
+            int(i) for i in torch.searchsorted(edges.dst, torch.tensor([dst_start, dst_stop], device=edges.dst.device))
         )
-        src_index, src_local = torch.unique(edge_index[0, edge_start:edge_stop], return_inverse=True)
-        local = torch.stack([src_local, dst[edge_start:edge_stop] - dst_start])
-        chunks.append(DestinationChunk(dst_start, dst_stop, edge_start, edge_stop, src_index, local))
+        src_index, src_local = torch.unique(edges.src[edge_start:edge_stop], return_inverse=True)
+        local = torch.stack([src_local, edges.dst[edge_start:edge_stop] - dst_start])
+        chunk_edges = SortedEdges(local, dst_stop - dst_start)
+        chunks.append(DestinationChunk(dst_start, dst_stop, edge_start, edge_stop, src_index, chunk_edges))
     return chunks

@@ -1,11 +1,11 @@
-"""One edge set: destination-sorted ``edge_index``, per-edge features and its destination-chunk plans."""
+"""One edge set: destination-sorted ``edge_index``, per-edge features and its chunk plans."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
-from anemo_like.models.chunking import DestinationChunk, plan_destination_chunks
+from anemo_like.models.chunking import DestinationChunk, SortedEdges, plan_destination_chunks
 
 
 class EdgeFeatures(nn.Module):
@@ -18,7 +18,8 @@ class EdgeFeatures(nn.Module):
         self.register_buffer("edge_index", edge_index.long(), persistent=False)
         self.register_buffer("fixed", edge_attr.float(), persistent=False)
         self.trainable = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_size))
-        self._plans: dict[tuple[int, torch.device], list[DestinationChunk]] = {}
+        self._sorted: dict[torch.device, SortedEdges] = {}
+        self._chunks: dict[tuple[int, torch.device], list[DestinationChunk]] = {}
 
     @property
     def dim(self) -> int:
@@ -28,13 +29,20 @@ class EdgeFeatures(nn.Module):
         """Features of the edges in ``edges``, (E_slice, dim)."""
         return torch.cat([self.fixed[edges], self.trainable[edges]], dim=-1)
 
+    def sorted_edges(self) -> SortedEdges:
+        """All edges as one ``SortedEdges`` on the current device (built once per device)."""
+        device = self.edge_index.device
+        if device not in self._sorted:
+            self._sorted[device] = SortedEdges(self.edge_index, self.num_dst)
+        return self._sorted[device]
+
     def chunks(self, num_chunks: int) -> list[DestinationChunk]:
         """Destination-chunk plan for ``num_chunks``, built once per chunk count and device, then reused."""
         key = (num_chunks, self.edge_index.device)
-        if key not in self._plans:
-            self._plans[key] = plan_destination_chunks(self.edge_index, self.num_dst, num_chunks)
-        return self._plans[key]
+        if key not in self._chunks:
+            self._chunks[key] = plan_destination_chunks(self.sorted_edges(), num_chunks)
+        return self._chunks[key]
 
     def planned_chunk_counts(self) -> list[int]:
         """Chunk counts planned so far."""
-        return sorted({count for count, _ in self._plans})
+        return sorted({count for count, _ in self._chunks})

@@ -1,13 +1,15 @@
 """Graph attention: each destination node attends over its incoming edges.
 
-For destination i, head h, with incoming edges j -> i carrying edge embedding e_ij:
-    a_ij = softmax_j( <q_i, k_j + e_ij> / sqrt(C) ),   out_i = sum_j a_ij (v_j + e_ij)
-A destination without incoming edges gets zeros.
+For destination i, head h, with incoming edges j -> i carrying edge embedding e_ij = W a_ij + b (a: edge features):
+    alpha_ij = softmax_j( <q_i, k_j + e_ij> / sqrt(C) ),   out_i = sum_j alpha_ij (v_j + e_ij)
+A destination without incoming edges gets zeros. The edge embedding is part of the attention call, so a backend
+may recompute it instead of storing an (E, H, C) tensor.
 
 Backends (``model.graph_attention_backend``):
-- ``torch``: plain torch, custom autograd. Saves only node-sized tensors, the edge embedding and the per-node
-  log-sum-exp; per-edge scores, weights and messages are recomputed in backward.
-- ``reference``: the same maths written as ordinary autograd ops (keeps every per-edge intermediate).
+- ``torch``: plain torch, custom autograd, fused over destination-aligned edge blocks of bounded size. Saves only
+  node-sized tensors, the small edge features and the per-node log-sum-exp; the edge embedding, scores, weights
+  and messages exist for one block at a time and are recomputed in backward.
+- ``reference``: the same maths as ordinary autograd ops over all edges at once (keeps every per-edge tensor).
 """
 
 from __future__ import annotations
@@ -15,7 +17,20 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from anemo_like.models.chunking import EdgeBlock, SortedEdges
+from anemo_like.models.workspace import scratch
+
+BLOCK_ELEMENTS = 1 << 20
+"""Per-edge tensors of one block hold at most about this many elements (4 MiB in fp32), whatever B, H and C."""
+
+
+def edges_per_block(batch: int, heads: int, channels: int) -> int:
+    """Largest power of two of edges whose (B, E, H, C) tensor stays within ``BLOCK_ELEMENTS``."""
+    fit = max(1, BLOCK_ELEMENTS // (batch * heads * channels))
+    return 1 << (fit.bit_length() - 1)
 
 
 def _segment_max(scores: Tensor, dst: Tensor, num_dst: int) -> Tensor:
@@ -24,19 +39,31 @@ def _segment_max(scores: Tensor, dst: Tensor, num_dst: int) -> Tensor:
     return out.scatter_reduce_(1, dst.view(1, -1, 1).expand_as(scores), scores, reduce="amax", include_self=True)
 
 
-def graph_attention_reference(q: Tensor, k: Tensor, v: Tensor, e: Tensor, edge_index: Tensor) -> Tensor:
+def graph_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    edge_attr: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    edges: SortedEdges,
+    *,
+    min_blocks: int = 1,
+) -> Tensor:
     """Edge-softmax attention as plain autograd ops.
 
     Args:
         q: (B, N_dst, H, C) queries.
         k, v: (B, N_src, H, C) keys and values.
-        e: (E, H, C) edge embeddings, shared over the batch.
-        edge_index: (2, E) int64 [source; destination].
+        edge_attr: (E, A) edge features, shared over the batch; ``weight`` (H*C, A) and ``bias`` (H*C,) embed them.
+        edges: the destination-sorted edges.
+        min_blocks: ignored (this backend never splits the edges).
 
     Returns:
         (B, N_dst, H, C) attention output, dtype of ``q``.
     """
-    src, dst = edge_index[0], edge_index[1]
+    src, dst = edges.src, edges.dst
+    e = F.linear(edge_attr, weight, bias).unflatten(-1, q.shape[-2:])
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = torch.einsum("behc,behc->beh", q.index_select(1, dst), k.index_select(1, src) + e) * scale
     # The softmax is shift-invariant, so the per-destination maximum only guards against overflow: no gradient.
@@ -49,58 +76,124 @@ def graph_attention_reference(q: Tensor, k: Tensor, v: Tensor, e: Tensor, edge_i
     return q.new_zeros(q.shape).index_add_(1, dst, messages.to(q.dtype))
 
 
-def _scores(q: Tensor, k: Tensor, e: Tensor, src: Tensor, dst: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """(keys k_j + e_ij (B, E, H, C), scores <q_i, k_j + e_ij> * scale (B, E, H))."""
-    keys = k.index_select(1, src).add_(e)
-    return keys, torch.einsum("behc,behc->beh", q.index_select(1, dst), keys).mul_(scale)
+class _BlockScratch:
+    """Per-edge scratch tensors of one block, views of buffers sized for the largest block of the call."""
+
+    def __init__(self, q: Tensor, blocks: tuple[EdgeBlock, ...]) -> None:
+        self.q = q
+        self.max_edges = max((b.edge_stop - b.edge_start for b in blocks), default=0)
+
+    def edges(self, name: str, block: EdgeBlock, batch: bool = True, channels: bool = True) -> Tensor:
+        """(B?, E_block, H, C?) scratch named ``name``."""
+        batch_size, _, heads, width = self.q.shape
+        shape = ((batch_size,) if batch else ()) + (block.edge_stop - block.edge_start, heads)
+        shape += (width,) if channels else ()
+        per_edge = math.prod(shape) // (block.edge_stop - block.edge_start)
+        return scratch(name, shape, self.q, reserve=per_edge * self.max_edges)
 
 
-class _GraphAttention(torch.autograd.Function):
-    """Forward keeps (q, k, v, e, out, log-sum-exp); backward recomputes the per-edge work."""
+def _embed_edges(
+    block: EdgeBlock, edge_attr: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor
+) -> Tensor:
+    """Edge embedding W a + b of one block into ``out`` (E_block, H, C)."""
+    attr, flat = edge_attr[block.edge_start : block.edge_stop], out.view(out.shape[0], -1)
+    if bias is None:
+        torch.mm(attr, weight.t(), out=flat)
+    else:
+        torch.addmm(bias, attr, weight.t(), out=flat)
+    return out
+
+
+def _gather_rows(source: Tensor, index: Tensor, out: Tensor) -> Tensor:
+    """source[:, index] into ``out`` (B, E_block, ...)."""
+    return torch.index_select(source, 1, index, out=out)
+
+
+def _dot(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+    """<a, b> over the last axis into ``out``; overwrites ``a``."""
+    return torch.sum(a.mul_(b), dim=-1, out=out)
+
+
+class _BlockedGraphAttention(torch.autograd.Function):
+    """Forward keeps (q, k, v, edge features, embedding weights, out, log-sum-exp); backward recomputes each
+    block's per-edge work, one block at a time, in reused scratch buffers."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, e: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+    def forward(ctx, q, k, v, edge_attr, weight, bias, blocks: tuple[EdgeBlock, ...]) -> Tensor:
         scale = 1.0 / math.sqrt(q.shape[-1])
-        num_dst = q.shape[1]
-        _, scores = _scores(q, k, e, src, dst, scale)
-        row_max = _segment_max(scores, dst, num_dst).nan_to_num_(neginf=0.0)
-        weights = scores.sub_(row_max.index_select(1, dst)).exp_()
-        denom = weights.new_zeros(row_max.shape).index_add_(1, dst, weights)
-        messages = v.index_select(1, src).add_(e).mul_(weights.unsqueeze(-1))
-        out = q.new_zeros(q.shape).index_add_(1, dst, messages)
-        del messages
-        out.div_(denom.clamp_min(torch.finfo(denom.dtype).tiny).unsqueeze(-1))
-        log_sum_exp = row_max + denom.log()  # -inf where a destination has no edge; never read then
-        ctx.save_for_backward(q, k, v, e, src, dst, out, log_sum_exp)
-        ctx.scale = scale
+        out = torch.zeros_like(q)
+        log_sum_exp = q.new_zeros(q.shape[:-1])  # stays 0 where a destination has no edge; never read then
+        scratches = _BlockScratch(q, blocks)
+        for block in blocks:
+            rows, dst = slice(block.dst_start, block.dst_stop), block.dst_local
+            e = _embed_edges(block, edge_attr, weight, bias, scratches.edges("e", block, batch=False))
+            keys = _gather_rows(k, block.src, scratches.edges("a", block)).add_(e)
+            queries = _gather_rows(q[:, rows], dst, scratches.edges("b", block))
+            scores = _dot(queries, keys, scratches.edges("s", block, channels=False)).mul_(scale)
+            row_max = _segment_max(scores, dst, block.dst_stop - block.dst_start).nan_to_num_(neginf=0.0)
+            weights = scores.sub_(row_max.index_select(1, dst)).exp_()
+            denom = weights.new_zeros(row_max.shape).index_add_(1, dst, weights)
+            messages = _gather_rows(v, block.src, keys).add_(e).mul_(weights.unsqueeze(-1))
+            block_out = out[:, rows].index_add_(1, dst, messages)
+            block_out.div_(denom.clamp_min(torch.finfo(denom.dtype).tiny).unsqueeze(-1))
+            log_sum_exp[:, rows] = row_max + denom.log()
+        ctx.save_for_backward(q, k, v, edge_attr, weight, bias, out, log_sum_exp)
+        ctx.blocks, ctx.scale = blocks, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, e, src, dst, out, log_sum_exp = ctx.saved_tensors
+        q, k, v, edge_attr, weight, bias, out, log_sum_exp = ctx.saved_tensors
         scale = ctx.scale
-        keys, scores = _scores(q, k, e, src, dst, scale)
-        alpha = scores.sub_(log_sum_exp.index_select(1, dst)).exp_()  # (B, E, H) attention weights
-        grad_out_dst = grad_out.index_select(1, dst)  # (B, E, H, C)
-        grad_values = grad_out_dst * alpha.unsqueeze(-1)  # d out / d (v_j + e_ij)
-        # d loss / d score: alpha * (<dout_i, v_j + e_ij> - <dout_i, out_i>)
-        values = v.index_select(1, src).add_(e)
-        grad_scores = torch.einsum("behc,behc->beh", grad_out_dst, values)
-        del values
-        grad_scores.sub_((grad_out * out).sum(-1).index_select(1, dst)).mul_(alpha).mul_(scale)
-        del alpha
-        grad_q = torch.zeros_like(q).index_add_(1, dst, keys.mul_(grad_scores.unsqueeze(-1)))
-        del keys
-        grad_keys = grad_out_dst.copy_(q.index_select(1, dst)).mul_(grad_scores.unsqueeze(-1))
-        grad_k = torch.zeros_like(k).index_add_(1, src, grad_keys)
-        grad_v = torch.zeros_like(v).index_add_(1, src, grad_values)
-        grad_e = grad_keys.add_(grad_values).sum(0)
-        return grad_q, grad_k, grad_v, grad_e, None, None
+        grad_out = grad_out.contiguous()
+        grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        grad_attr = torch.zeros_like(edge_attr) if ctx.needs_input_grad[3] else None
+        grad_weight = torch.zeros_like(weight)
+        grad_bias = torch.zeros_like(bias) if bias is not None else None
+        out_dot_grad = (grad_out * out).sum(-1)  # (B, N_dst, H): <dout_i, out_i>
+        scratches = _BlockScratch(q, ctx.blocks)
+        for block in ctx.blocks:
+            rows, dst, src = slice(block.dst_start, block.dst_stop), block.dst_local, block.src
+            e = _embed_edges(block, edge_attr, weight, bias, scratches.edges("e", block, batch=False))
+            keys = _gather_rows(k, src, scratches.edges("a", block)).add_(e)
+            product = _gather_rows(q[:, rows], dst, scratches.edges("b", block)).mul_(keys)
+            alpha = torch.sum(product, dim=-1, out=scratches.edges("s", block, channels=False)).mul_(scale)
+            alpha.sub_(log_sum_exp[:, rows].index_select(1, dst)).exp_()  # attention weights (B, E, H)
+            grad_out_edges = _gather_rows(grad_out[:, rows], dst, scratches.edges("b", block))
+            # d loss / d score: alpha * (<dout_i, v_j + e_ij> - <dout_i, out_i>)
+            values = _gather_rows(v, src, scratches.edges("c", block)).add_(e)
+            grad_scores = _dot(values, grad_out_edges, scratches.edges("t", block, channels=False))
+            grad_scores.sub_(out_dot_grad[:, rows].index_select(1, dst)).mul_(alpha).mul_(scale)
+            grad_values = torch.mul(grad_out_edges, alpha.unsqueeze(-1), out=scratches.edges("c", block))
+            grad_v.index_add_(1, src, grad_values)
+            grad_q[:, rows].index_add_(1, dst, keys.mul_(grad_scores.unsqueeze(-1)))
+            grad_keys = _gather_rows(q[:, rows], dst, scratches.edges("b", block)).mul_(grad_scores.unsqueeze(-1))
+            grad_k.index_add_(1, src, grad_keys)
+            grad_e = torch.sum(grad_keys.add_(grad_values), dim=0, out=e).flatten(-2)  # (E, H*C), batch summed
+            attr = edge_attr[block.edge_start : block.edge_stop]
+            grad_weight.addmm_(grad_e.t(), attr)
+            if grad_bias is not None:
+                grad_bias.add_(grad_e.sum(0))
+            if grad_attr is not None:
+                torch.mm(grad_e, weight, out=grad_attr[block.edge_start : block.edge_stop])
+        return grad_q, grad_k, grad_v, grad_attr, grad_weight, grad_bias, None
 
 
-def graph_attention_torch(q: Tensor, k: Tensor, v: Tensor, e: Tensor, edge_index: Tensor) -> Tensor:
-    """Edge-softmax attention with recomputation in backward; same arguments and result as the reference."""
-    return _GraphAttention.apply(q, k, v, e, edge_index[0], edge_index[1])
+def graph_attention_torch(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    edge_attr: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    edges: SortedEdges,
+    *,
+    min_blocks: int = 1,
+) -> Tensor:
+    """Edge-softmax attention over bounded edge blocks (at least ``min_blocks``); same result as the reference."""
+    batch, _, heads, channels = q.shape
+    blocks = edges.blocks(edges_per_block(batch, heads, channels), min_blocks)
+    return _BlockedGraphAttention.apply(q, k, v, edge_attr, weight, bias, blocks)
 
 
 GRAPH_ATTENTION_BACKENDS = {"torch": graph_attention_torch, "reference": graph_attention_reference}

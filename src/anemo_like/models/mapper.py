@@ -65,7 +65,7 @@ class GraphTransformerMapper(nn.Module):
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
         dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
         edge_attr = self.edges(slice(chunk.edge_start, chunk.edge_stop))
-        return self.head(self.block(src, dst, edge_attr, chunk.edge_index))
+        return self.head(self.block(src, dst, edge_attr, chunk.edges))
 
     def forward(self, x_src: Tensor, x_dst: Tensor) -> Tensor:
         """x_src: (B, N_src, src_in), x_dst: (B, N_dst, dst_in) -> (B, N_dst, out_channels).

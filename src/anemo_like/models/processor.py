@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import run_layer_segments
-from anemo_like.models.chunking import DestinationChunk
+from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
@@ -24,10 +24,8 @@ class _ProcessorLayer(nn.Module):
         super().__init__()
         self.block = block
 
-    def forward(
-        self, x: Tensor, *, edge_attr: Tensor, edge_index: Tensor, chunks: list[DestinationChunk] | None
-    ) -> Tensor:
-        return self.block(x, x, edge_attr, edge_index, chunks)
+    def forward(self, x: Tensor, *, edge_attr: Tensor, edges: SortedEdges, min_blocks: int) -> Tensor:
+        return self.block(x, x, edge_attr, edges, min_blocks)
 
 
 class GraphTransformerProcessor(nn.Module):
@@ -69,18 +67,17 @@ class GraphTransformerProcessor(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, N_hidden, C) -> (B, N_hidden, C).
 
-        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_PROCESSOR]`` splits each layer's edges into that many
-        destination chunks.
+        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_PROCESSOR]`` splits each layer's edges into at least that
+        many destination blocks (``torch`` attention backend).
         """
-        edge_chunks = None if self.training else inference_num_chunks("PROCESSOR")
         return run_layer_segments(
             self.layers,
             x,
             num_segments=self.num_chunks,
             checkpointing=self.gradient_checkpointing and self.training,
             edge_attr=self.edges(),
-            edge_index=self.edges.edge_index,
-            chunks=self.edges.chunks(edge_chunks) if edge_chunks and edge_chunks > 1 else None,
+            edges=self.edges.sorted_edges(),
+            min_blocks=1 if self.training else inference_num_chunks("PROCESSOR") or 1,
         )
 
 

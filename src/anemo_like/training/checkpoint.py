@@ -61,8 +61,10 @@ def load_training_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-# Sections of the config that must match for a checkpoint's weights and optimizer state to fit the run.
+# Sections of the config that must match for a checkpoint's weights and optimizer state to fit the run ...
 RESUME_MUST_MATCH = ("model", "graph", "data.variables", "data.normalizer", "data.timestep", "training.multistep_input")
+# ... except keys that change how the model runs, not its weights (e.g. more chunks after an out-of-memory).
+RESUME_MAY_DIFFER = ("num_chunks", "shard_strategy", "gradient_checkpointing", "graph_attention_backend")
 
 
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
@@ -80,6 +82,6 @@ def resume_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[st
             old, new = old.get(part, {}), new.get(part, {})
         flat_old, flat_new = _flatten(old, section), _flatten(new, section)
         for key in sorted(flat_old.keys() | flat_new.keys()):
-            if flat_old.get(key) != flat_new.get(key):
+            if key.rsplit(".", 1)[-1] not in RESUME_MAY_DIFFER and flat_old.get(key) != flat_new.get(key):
                 differences.append(f"{key}: {flat_old.get(key)!r} -> {flat_new.get(key)!r}")
     return differences

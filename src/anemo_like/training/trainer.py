@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from anemo_like.config.schema import RunConfig
+from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.graphs import load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.heap_release import set_heap_release
+from anemo_like.models.memory_model import count_parameters, device_memory_bytes, resolve_auto_chunks
 from anemo_like.profiling.memory import peak_rss_mib
 from anemo_like.training.checkpoint import (
     load_training_checkpoint,
@@ -102,6 +104,9 @@ class Trainer:
             knn=config.graph.knn,
             processor_edges=config.model.processor.type == "graphtransformer",
         )
+        self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
+        if self.device.type == "cpu":
+            set_heap_release(config.system.hardware.release_cpu_heap_mib)
         self.model = ForecastModel(
             config=config.model, graph=self.graph, layout=self.data.layout, multistep=config.training.multistep_input
         ).to(self.device)
@@ -124,6 +129,18 @@ class Trainer:
             self.graph["hidden"].num_nodes,
             self.device,
             self.run_dir,
+        )
+
+    def _resolve_chunks(self, config: RunConfig) -> ModelConfig:
+        """The model config with ``num_chunks: auto`` replaced by counts that fit the memory budget."""
+        multistep = config.training.multistep_input
+        budget_gb = config.system.hardware.memory_budget_gb
+        return resolve_auto_chunks(
+            config.model,
+            graph=self.graph,
+            batch_size=config.dataloader.batch_size.train,
+            num_parameters=count_parameters(config.model, self.graph, self.data.layout, multistep),
+            budget_bytes=int(budget_gb * 2**30) if budget_gb else device_memory_bytes(self.device),
         )
 
     # ------------------------------------------------------------------------------------------- state

@@ -1,0 +1,73 @@
+"""Node MLP (Linear -> GELU -> Linear) that keeps only its input for backward and works in row blocks.
+
+The hidden layer (``mlp_hidden_ratio`` times wider than the channels) is never stored: forward and backward
+compute it for one block of rows at a time in reused scratch buffers, so its memory is bounded by
+``ROW_BLOCK_ELEMENTS`` whatever the node count. Backward recomputes the first linear layer and the GELU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from anemo_like.models.workspace import scratch
+
+ROW_BLOCK_ELEMENTS = 1 << 20
+"""Elements of one block of hidden activations (4 MiB in fp32)."""
+
+
+def _row_blocks(rows: int, hidden: int) -> list[slice]:
+    step = max(1, ROW_BLOCK_ELEMENTS // hidden)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def _hidden(name: str, x: Tensor, w1: Tensor, b1: Tensor, rows: slice) -> Tensor:
+    """x[rows] @ w1.T + b1 into scratch ``name``, (R, hidden)."""
+    out = scratch(name, (rows.stop - rows.start, w1.shape[0]), x, reserve=ROW_BLOCK_ELEMENTS)
+    return torch.addmm(b1, x[rows], w1.t(), out=out)
+
+
+def _gelu(h: Tensor, name: str) -> Tensor:
+    return torch.ops.aten.gelu.out(h, out=scratch(name, tuple(h.shape), h, reserve=ROW_BLOCK_ELEMENTS))
+
+
+class _RecomputedMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+        ctx.save_for_backward(x, w1, b1, w2)
+        x2 = x.reshape(-1, x.shape[-1])
+        out = x2.new_empty(x2.shape[0], w2.shape[0])
+        for rows in _row_blocks(x2.shape[0], w1.shape[0]):
+            torch.addmm(b2, _gelu(_hidden("mlp_h", x2, w1, b1, rows), "mlp_g"), w2.t(), out=out[rows])
+        return out.view(*x.shape[:-1], -1)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, ...]:
+        x, w1, b1, w2 = ctx.saved_tensors
+        x2 = x.reshape(-1, x.shape[-1])
+        grad_out2 = grad_out.reshape(-1, grad_out.shape[-1])
+        grad_x = torch.empty_like(x2)
+        grad_w1, grad_b1, grad_w2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+        for rows in _row_blocks(x2.shape[0], w1.shape[0]):
+            hidden = _hidden("mlp_h", x2, w1, b1, rows)
+            grad_w2.addmm_(grad_out2[rows].t(), _gelu(hidden, "mlp_g"))
+            grad_act = torch.mm(grad_out2[rows], w2, out=scratch("mlp_g", tuple(hidden.shape), hidden))
+            grad_hidden = torch.ops.aten.gelu_backward.grad_input(
+                grad_act, hidden, grad_input=scratch("mlp_gh", tuple(hidden.shape), hidden, ROW_BLOCK_ELEMENTS)
+            )
+            grad_w1.addmm_(grad_hidden.t(), x2[rows])
+            grad_b1.add_(grad_hidden.sum(0))
+            torch.mm(grad_hidden, w1, out=grad_x[rows])
+        return grad_x.view_as(x), grad_w1, grad_b1, grad_w2, grad_out2.sum(0)
+
+
+class MLP(nn.Module):
+    """(..., C) -> (..., C) through a hidden layer of ``hidden`` units; the hidden activations are not stored."""
+
+    def __init__(self, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(channels, hidden)
+        self.fc2 = nn.Linear(hidden, channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _RecomputedMLP.apply(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)

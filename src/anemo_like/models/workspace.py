@@ -1,0 +1,36 @@
+"""Scratch buffers reused by the blocked kernels (graph attention, node MLP).
+
+The blocked kernels make many transient tensors of one bounded size. Taking them from a few buffers that live
+for the whole run, instead of allocating each one, keeps the allocator's heap from fragmenting: on CPU, glibc
+otherwise spreads differently sized transients over an ever larger heap and the process's resident memory
+grows far past the live tensors. Buffers are per thread, device and dtype, and only grow.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+from torch import Tensor
+
+_local = threading.local()
+
+
+def scratch(name: str, shape: tuple[int, ...], like: Tensor, reserve: int = 0) -> Tensor:
+    """A contiguous (uninitialised) tensor of ``shape`` on ``like``'s device and dtype, backed by the buffer
+    ``name``, which holds at least ``reserve`` elements (so later, larger requests need no new buffer). The
+    result is only valid until the next call with the same name: never return or save it."""
+    buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = _local.__dict__.setdefault("buffers", {})
+    key, numel = (name, like.device, like.dtype), math.prod(shape)
+    buffer = buffers.get(key)
+    if buffer is None or buffer.numel() < numel:
+        buffers.pop(key, None)
+        buffer = torch.empty(max(numel, reserve), device=like.device, dtype=like.dtype)
+        buffers[key] = buffer
+    return buffer[:numel].view(shape)
+
+
+def scratch_bytes() -> int:
+    """Bytes held by this thread's scratch buffers."""
+    return sum(b.numel() * b.element_size() for b in _local.__dict__.get("buffers", {}).values())
