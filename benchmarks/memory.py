@@ -7,7 +7,9 @@ issue targets. Other flags go to step_time.py unchanged. Reference size (the def
 
     python benchmarks/memory.py --grid 96x192 --mesh-res 4 --channels 256 --layers 8 --heads 16 --threads 1
 
-Memory is VmHWM above the RSS just before the first step ("peak_rss_steps_delta_mib" of step_time.py).
+Memory is VmHWM above the RSS just before the first step ("peak_rss_steps_delta_mib" of step_time.py); the
+live-tensor peak of one extra step (after the timed ones) shows the same without allocator effects, i.e. what a
+GPU's allocator would have to hold.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def summarise(name: str, runs: list[dict], env: dict[str, str]) -> dict:
         "env": env,
         "peak_step_mib": median("peak_rss_steps_delta_mib"),
         "peak_step_mib_all": [r["peak_rss_steps_delta_mib"] for r in runs],
+        "live_tensor_peak_mib": median("live_tensor_peak_mib"),
         "step_s_median": median("step_s_median"),
         "step_cpu_s_median": median("step_cpu_s_median"),
         "rss_before_steps_mib": median("rss_before_steps_mib"),
@@ -73,11 +76,11 @@ def main() -> None:
     args, passthrough = parser.parse_known_args()
     base = passthrough or [*REFERENCE, "--threads", "1"]
     settings: dict[str, tuple[list[str], dict[str, str]]] = {
-        f"train-chunks{c}": ([*base, "--num-chunks-mapper", c], {}) for c in args.chunks.split(",")
+        f"train-chunks{c}": ([*base, "--num-chunks-mapper", c, "--live-tensors"], {}) for c in args.chunks.split(",")
     }
     if not args.no_inference:
         for name, env in INFERENCE_SETTINGS.items():
-            settings[name] = ([*base, "--mode", "infer", "--num-chunks-mapper", "1"], env)
+            settings[name] = ([*base, "--mode", "infer", "--num-chunks-mapper", "1", "--live-tensors"], env)
 
     runs: dict[str, list[dict]] = {name: [] for name in settings}
     for _ in range(args.repeats):

@@ -100,10 +100,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument(
         "--release-cpu-heap-mib",
         type=float,
-        default=64.0,
+        default=32.0,
         help="system.hardware.release_cpu_heap_mib (0: off, glibc keeps freed heap resident)",
     )
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--live-tensors",
+        action="store_true",
+        help="after the timed steps, run one more under LiveTensorTracker: peak of live tensors, no allocator effects",
+    )
     r.add_argument("--label", default="")
     r.add_argument("--out", default="", help="also append the JSON line to this file")
     args = p.parse_args(argv)
@@ -233,6 +238,13 @@ def main(argv: list[str] | None = None) -> dict:
         cpu.append(c)
         losses.append(loss)
     peak_steps = peak_rss_mib()
+    live_tensor_peak = None
+    if args.live_tensors:
+        from anemo_like.profiling.live_tensors import LiveTensorTracker
+
+        with LiveTensorTracker() as tracker:
+            step()
+        live_tensor_peak = tracker.peak_mib
     load_after = machine_load()
     calib_after = calibrate_matmul(torch)
 
@@ -312,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rss_after_import_mib": mib(rss_after_import),
         "rss_before_steps_mib": mib(rss_before_steps),
         "peak_rss_steps_delta_mib": mib(peak_steps - rss_before_steps),
+        "live_tensor_peak_mib": mib(live_tensor_peak),
         "peak_reset_per_phase": peak_reset,
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
     }

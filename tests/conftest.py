@@ -47,10 +47,15 @@ def compose_run(cache_dir):
     return compose_run
 
 
+def latlon_graph(nlat: int, nlon: int, mesh_resolution: int):
+    """Graph of a cell-centred nlat x nlon lat/lon grid on an icosahedron refined ``mesh_resolution`` times."""
+    lats = -90.0 + (np.arange(nlat) + 0.5) * 180.0 / nlat
+    lons = np.arange(nlon) * 360.0 / nlon
+    lat, lon = (a.ravel() for a in np.meshgrid(lats, lons, indexing="ij"))
+    return build_graph(lat, lon, mesh_resolution=mesh_resolution)
+
+
 @pytest.fixture(scope="session")
 def small_graph():
     """A 12x24 lat/lon grid on a once-refined icosahedron."""
-    lats = -90.0 + (np.arange(12) + 0.5) * 15.0
-    lons = np.arange(24) * 15.0
-    lat, lon = (a.ravel() for a in np.meshgrid(lats, lons, indexing="ij"))
-    return build_graph(lat, lon, mesh_resolution=1)
+    return latlon_graph(12, 24, 1)

@@ -37,12 +37,15 @@ def test_short_training_lowers_loss_and_writes_outputs(tmp_path, compose_run) ->
 
 
 def test_inference_checkpoint_loads_weights_only_and_reproduces(tmp_path, compose_run) -> None:
-    config = compose_run(tmp_path, ["training.max_steps=3", "diagnostics.plots=false"])
+    auto = ["model.encoder.num_chunks=auto", "model.processor.num_chunks=auto", "system.hardware.memory_budget_gb=2"]
+    config = compose_run(tmp_path, ["training.max_steps=3", "diagnostics.plots=false", *auto])
     trainer = Trainer(config)
+    assert trainer.config.model.encoder.num_chunks == 1 and trainer.config.model.processor.num_chunks == 1
     outputs = trainer.fit()
     raw = torch.load(outputs.inference_checkpoint, weights_only=True)
     assert {"state_dict", "graph", "config", "roles", "normalizer"} <= raw.keys()
     bundle = load_inference_checkpoint(outputs.inference_checkpoint)
+    assert bundle.config.model.encoder.num_chunks == 1, "the checkpoint keeps the resolved chunk counts"
     assert bundle.roles.prognostic == list(config.data.variables.prognostic)
     x = torch.randn(1, 2, bundle.graph["data"].num_nodes, bundle.model.layout.num_input)
     trainer.model.eval()
@@ -90,7 +93,12 @@ def test_resume_refuses_a_checkpoint_of_another_model_and_survives_a_cut_metrics
     resumed = Trainer(
         compose_run(
             tmp_path,
-            ["training.max_steps=3", "diagnostics.plots=false", f"training.resume={first.training_checkpoint}"],
+            [
+                "training.max_steps=3",
+                "diagnostics.plots=false",
+                "model.decoder.num_chunks=8",  # chunking does not change the weights: resuming with more is fine
+                f"training.resume={first.training_checkpoint}",
+            ],
         )
     ).fit()
     assert sorted(losses(resumed.metrics)) == [1, 2, 3]

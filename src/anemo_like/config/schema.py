@@ -218,7 +218,7 @@ class HardwareConfig(Strict):
         None, gt=0, description="memory per model instance for num_chunks: auto; None: 80 % of what the device has"
     )
     release_cpu_heap_mib: float | None = Field(
-        64.0, gt=0, description="on CPU, return free heap above this to the OS at chunk boundaries; None: never"
+        32.0, gt=0, description="on CPU, return free heap to the OS once the process grew this much; None: never"
     )
 
 

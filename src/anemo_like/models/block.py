@@ -44,7 +44,9 @@ class GraphTransformerBlock(nn.Module):
     def _heads(self, t: Tensor) -> Tensor:
         return t.unflatten(-1, (self.num_heads, -1))
 
-    def forward(self, x_src: Tensor, x_dst: Tensor, edge_attr: Tensor, edges: SortedEdges, min_blocks: int = 1) -> Tensor:
+    def forward(
+        self, x_src: Tensor, x_dst: Tensor, edge_attr: Tensor, edges: SortedEdges, min_blocks: int = 1
+    ) -> Tensor:
         """x_src: (B, N_src, C), x_dst: (B, N_dst, C), edge_attr: (E, edge_dim) -> (B, N_dst, C).
 
         ``min_blocks`` asks the attention backend to split the edges into at least that many blocks.

@@ -92,9 +92,7 @@ class _BlockScratch:
         return scratch(name, shape, self.q, reserve=per_edge * self.max_edges)
 
 
-def _embed_edges(
-    block: EdgeBlock, edge_attr: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor
-) -> Tensor:
+def _embed_edges(block: EdgeBlock, edge_attr: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
     """Edge embedding W a + b of one block into ``out`` (E_block, H, C)."""
     attr, flat = edge_attr[block.edge_start : block.edge_stop], out.view(out.shape[0], -1)
     if bias is None:

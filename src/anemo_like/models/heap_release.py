@@ -3,9 +3,10 @@
 On CPU, activations live in the C heap. glibc keeps freed blocks resident and places small long-lived
 objects inside large free regions, so when chunked work frees and re-allocates many same-sized tensors the
 heap spreads out: at the reference size the process's peak resident memory was 2.5x its peak of live
-tensors. ``maybe_release_heap`` is called at every mapper chunk and processor segment; when more than the
-configured amount of heap is free it calls ``malloc_trim``, which returns whole free pages to the system.
-The cost is the page faults when that memory is used again (about 5 % of step time at the reference size).
+tensors. ``maybe_release_heap`` is called at every mapper chunk and processor segment; when the process has
+grown by more than the configured amount since the last release and that much heap is free, it calls
+``malloc_trim``, which returns whole free pages to the system. The cost is the page faults when released memory
+is used again.
 
 Set by ``system.hardware.release_cpu_heap_mib`` (``None`` switches it off). No effect off glibc, and it does
 nothing for GPU memory.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 
 class _MallInfo2(ctypes.Structure):
@@ -23,8 +25,9 @@ class _MallInfo2(ctypes.Structure):
 
     _fields_ = [
         (name, ctypes.c_size_t)
-        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
     ]
+    _fields_.append(("keepcost", ctypes.c_size_t))
 
 
 @functools.cache
@@ -40,14 +43,22 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 _threshold_bytes: int | None = None
+_rss_after_release = 0
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE_BYTES
 
 
 def set_heap_release(threshold_mib: float | None) -> bool:
     """Release free heap above ``threshold_mib`` at chunk boundaries from now on (None: never).
 
     Returns whether releasing is active (False off glibc or when switched off)."""
-    global _threshold_bytes
+    global _threshold_bytes, _rss_after_release
     _threshold_bytes = None if threshold_mib is None or _glibc() is None else int(threshold_mib * 2**20)
+    _rss_after_release = 0
     return _threshold_bytes is not None
 
 
@@ -58,6 +69,16 @@ def free_heap_bytes() -> int | None:
 
 
 def maybe_release_heap() -> None:
-    """Return free heap pages to the system if more than the configured threshold is free."""
-    if _threshold_bytes is not None and _glibc().mallinfo2().fordblks > _threshold_bytes:
+    """Return free heap pages to the system when the process has grown by more than the threshold since the
+    last release (or its smallest size since) and at least that much heap is free. Growth is measured on the
+    resident size, so freed memory that the next chunk reuses in place costs nothing."""
+    global _rss_after_release
+    if _threshold_bytes is None:
+        return
+    resident = _resident_bytes()
+    _rss_after_release = min(_rss_after_release, resident)
+    if resident - _rss_after_release <= _threshold_bytes:
+        return
+    if _glibc().mallinfo2().fordblks > _threshold_bytes:
         _glibc().malloc_trim(0)
+    _rss_after_release = _resident_bytes()

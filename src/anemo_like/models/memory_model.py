@@ -24,16 +24,18 @@ from anemo_like.models.mlp import ROW_BLOCK_ELEMENTS
 
 LOG = logging.getLogger(__name__)
 
-MAPPER_ROWS_PER_DESTINATION = 10.5
-"""Live rows per destination node of a mapper chunk at its backward peak (measured 9.6-10.2)."""
-MAPPER_ROWS_PER_SOURCE = 6.5
-"""Live rows per source node referenced by a mapper chunk (measured 5.6-5.8)."""
-PROCESSOR_ROWS_PER_LAYER = 8.0
+MAPPER_ROWS_PER_DESTINATION = 12.0
+"""Live rows per destination node of a mapper chunk at its backward peak (measured 9.6-10.2 at 256 channels;
+relatively more at few channels, where edge features and inputs weigh more)."""
+MAPPER_ROWS_PER_SOURCE = 7.5
+"""Live rows per source node referenced by a mapper chunk (measured 5.6-5.8 at 256 channels)."""
+PROCESSOR_ROWS_PER_LAYER = 8.5
 """Live rows per hidden node and per layer of one processor checkpoint segment (measured 7.6)."""
-PROCESSOR_EXTRA_ROWS = 5.0
+PROCESSOR_EXTRA_ROWS = 7.0
 """Backward transients of the processor, rows per hidden node (measured 4.7)."""
 SCRATCH_BYTES = 4 * (5 * BLOCK_ELEMENTS + 3 * ROW_BLOCK_ELEMENTS)
-"""Attention (5 buffers) and MLP (3 buffers) scratch, fp32; allocated once."""
+"""fp32 scratch, allocated once: attention (four per-edge buffers plus two small score buffers, at most five
+blocks' worth) and MLP (three row blocks)."""
 BYTES_PER_PARAMETER = 16
 """fp32 weight + gradient + two AdamW moments."""
 
@@ -103,9 +105,7 @@ def choose_chunks(
         "processor": (
             config.processor.num_chunks,
             sorted(set(_candidates(config.processor.num_layers)) | {config.processor.num_layers}),
-            lambda n: _processor_activation_bytes(
-                config.processor.num_layers, n, graph["hidden"].num_nodes, row_bytes
-            ),
+            lambda n: _processor_activation_bytes(config.processor.num_layers, n, graph["hidden"].num_nodes, row_bytes),
         ),
     }
     choices = {}
