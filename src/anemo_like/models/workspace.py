@@ -29,8 +29,3 @@ def scratch(name: str, shape: tuple[int, ...], like: Tensor, reserve: int = 0) -
         buffer = torch.empty(max(numel, reserve), device=like.device, dtype=like.dtype)
         buffers[key] = buffer
     return buffer[:numel].view(shape)
-
-
-def scratch_bytes() -> int:
-    """Bytes held by this thread's scratch buffers."""
-    return sum(b.numel() * b.element_size() for b in _local.__dict__.get("buffers", {}).values())
