@@ -38,6 +38,8 @@ SCRATCH_BYTES = 4 * (5 * BLOCK_ELEMENTS + 3 * ROW_BLOCK_ELEMENTS)
 blocks' worth) and MLP (three row blocks)."""
 BYTES_PER_PARAMETER = 16
 """fp32 weight + gradient + two AdamW moments."""
+MAX_AUTO_MAPPER_CHUNKS = 1024
+"""``auto`` tries mapper chunk counts up to this (or the destination count, if smaller)."""
 
 _COMPONENTS = ("encoder", "processor", "decoder")
 
@@ -90,14 +92,14 @@ def choose_chunks(
     predictors = {
         "encoder": (
             config.encoder.num_chunks,
-            _candidates(graph["hidden"].num_nodes),
+            _candidates(min(graph["hidden"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
             lambda n: _mapper_activation_bytes(
                 SortedEdges(graph[ENCODER_EDGES].edge_index, graph["hidden"].num_nodes), n, row_bytes
             ),
         ),
         "decoder": (
             config.decoder.num_chunks,
-            _candidates(graph["data"].num_nodes),
+            _candidates(min(graph["data"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
             lambda n: _mapper_activation_bytes(
                 SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes), n, row_bytes
             ),
