@@ -40,7 +40,9 @@ class ForecastModel(nn.Module):
         super().__init__()
         unresolved = [n for n in ("encoder", "processor", "decoder") if getattr(config, n).num_chunks == "auto"]
         if unresolved:
-            raise ValueError(f"num_chunks of {unresolved} is 'auto': resolve it first (models.resolve_auto_chunks)")
+            raise ValueError(
+                f"num_chunks of {unresolved} is 'auto': resolve it first (models.memory_model.resolve_auto_chunks)"
+            )
         self.layout = layout
         self.latent_skip = config.latent_skip
         channels, heads, ratio = config.num_channels, config.num_heads, config.mlp_hidden_ratio

@@ -89,20 +89,18 @@ def choose_chunks(
     ``fits=False``, when none fits. Components with a fixed count are predicted too."""
     row_bytes = batch_size * config.num_channels * 4
     static = static_bytes(num_parameters)
+    encoder_edges = SortedEdges(graph[ENCODER_EDGES].edge_index, graph["hidden"].num_nodes)
+    decoder_edges = SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes)
     predictors = {
         "encoder": (
             config.encoder.num_chunks,
-            _candidates(min(graph["hidden"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
-            lambda n: _mapper_activation_bytes(
-                SortedEdges(graph[ENCODER_EDGES].edge_index, graph["hidden"].num_nodes), n, row_bytes
-            ),
+            _candidates(min(encoder_edges.num_dst, MAX_AUTO_MAPPER_CHUNKS)),
+            lambda n: _mapper_activation_bytes(encoder_edges, n, row_bytes),
         ),
         "decoder": (
             config.decoder.num_chunks,
-            _candidates(min(graph["data"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
-            lambda n: _mapper_activation_bytes(
-                SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes), n, row_bytes
-            ),
+            _candidates(min(decoder_edges.num_dst, MAX_AUTO_MAPPER_CHUNKS)),
+            lambda n: _mapper_activation_bytes(decoder_edges, n, row_bytes),
         ),
         "processor": (
             config.processor.num_chunks,
@@ -119,6 +117,11 @@ def choose_chunks(
                 choices[component] = ChunkChoice(component, count, predicted, predicted <= budget_bytes)
                 break
     return choices
+
+
+def has_auto_chunks(config: ModelConfig) -> bool:
+    """Whether any component's ``num_chunks`` is ``auto``."""
+    return any(getattr(config, name).num_chunks == "auto" for name in _COMPONENTS)
 
 
 def resolve_auto_chunks(

@@ -17,7 +17,12 @@ from anemo_like.graphs import load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.models.heap_release import set_heap_release
-from anemo_like.models.memory_model import count_parameters, device_memory_bytes, resolve_auto_chunks
+from anemo_like.models.memory_model import (
+    count_parameters,
+    device_memory_bytes,
+    has_auto_chunks,
+    resolve_auto_chunks,
+)
 from anemo_like.profiling.memory import peak_rss_mib
 from anemo_like.training.checkpoint import (
     load_training_checkpoint,
@@ -133,6 +138,8 @@ class Trainer:
 
     def _resolve_chunks(self, config: RunConfig) -> ModelConfig:
         """The model config with ``num_chunks: auto`` replaced by counts that fit the memory budget."""
+        if not has_auto_chunks(config.model):
+            return config.model
         multistep = config.training.multistep_input
         budget_gb = config.system.hardware.memory_budget_gb
         return resolve_auto_chunks(
