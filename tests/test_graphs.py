@@ -1,5 +1,6 @@
 """Tests for anemo_like.graphs, checked against brute-force computations on small point sets."""
 
+import itertools
 import logging
 
 import numpy as np
@@ -18,6 +19,8 @@ from anemo_like.graphs import cache as graph_cache
 from anemo_like.graphs.builder import DECODER, ENCODER, PROCESSOR
 from anemo_like.graphs.edge_attributes import edge_directions
 from anemo_like.graphs.icosahedron import refined_icosahedron
+from anemo_like.graphs.ordering import hilbert_index, hilbert_order
+from anemo_like.graphs.sphere import latlon_to_xyz
 
 RESOLUTION = 2
 CUTOFF_FACTOR = 0.6
@@ -129,9 +132,46 @@ def test_processor_edges_are_multiscale_mesh(random_graph):
         for faces in mesh.faces_per_level
     ]
     assert [len(edges) for edges in undirected_per_level] == [30 * 4**level for level in range(RESOLUTION + 1)]
-    expected = set().union(*undirected_per_level[1:])
+    rank = np.argsort(hilbert_order(mesh.vertices))  # graph index of each mesh vertex
+    expected = {(int(rank[a]), int(rank[b])) for a, b in set().union(*undirected_per_level[1:])}
     assert len(pairs) == 2 * sum(len(edges) for edges in undirected_per_level[1:])
     assert pairs == expected | {(b, a) for a, b in expected}
+
+
+def test_hidden_nodes_follow_the_hilbert_curve():
+    mesh = refined_icosahedron(resolution=3)
+    graph = build_graph(*cell_centred_grid(16, 32), mesh_resolution=3)
+    hidden_xyz = latlon_to_xyz(*graph["hidden"].x.double().numpy().T)
+    np.testing.assert_allclose(hidden_xyz, mesh.vertices[hilbert_order(mesh.vertices)], atol=1e-6)
+    steps = np.linalg.norm(np.diff(hidden_xyz, axis=0), axis=1)
+    refinement_steps = np.linalg.norm(np.diff(mesh.vertices, axis=0), axis=1)
+    assert np.median(steps) < 0.5 * np.median(refinement_steps)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_hilbert_index_visits_neighbouring_cells_in_turn(bits):
+    cells = 1 << bits
+    centres = (np.stack(np.meshgrid(*[np.arange(cells)] * 3, indexing="ij"), -1).reshape(-1, 3) + 0.5) / cells
+    index = hilbert_index(centres * 2 - 1, bits=bits)
+    assert sorted(index.tolist()) == list(range(cells**3))
+    path = centres[np.argsort(index)] * cells
+    np.testing.assert_allclose(np.abs(np.diff(path, axis=0)).sum(axis=1), 1.0)
+
+
+def test_encoder_chunks_of_the_hilbert_order_reference_fewer_sources():
+    graph = build_graph(*cell_centred_grid(48, 96), mesh_resolution=3)
+    source, destination = graph[ENCODER].edge_index.numpy()
+    num_hidden = graph["hidden"].num_nodes
+    refinement_index = hilbert_order(refined_icosahedron(resolution=3).vertices)  # of each graph hidden node
+
+    def largest_chunk_sources(destination_index: np.ndarray) -> int:
+        bounds = np.linspace(0, num_hidden, 5).astype(int)
+        return max(
+            len(np.unique(source[(destination_index >= lo) & (destination_index < hi)]))
+            for lo, hi in itertools.pairwise(bounds)
+        )
+
+    assert largest_chunk_sources(destination) < 0.85 * largest_chunk_sources(refinement_index[destination])
 
 
 @pytest.mark.parametrize(("grid", "resolution", "expected_edges"), [((32, 64), 3, 5040), ((8, 16), 4, 20400)])

@@ -1,45 +1,21 @@
-"""``anemo-train --config-name=NAME key=value ...``: validate the composed config, then train.
-
-The config is validated before torch is imported, so a bad key fails in well under a second.
-"""
+"""``anemo-train --config-name=NAME key=value ...``: validate the composed config, then train."""
 
 from __future__ import annotations
 
-import logging
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
-from anemo_like.config import ConfigError, config_dir, validate_config
-from anemo_like.config.validate import check_override_keys
-
-LOG = logging.getLogger("anemo_like")
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.config import RunConfig
 
 
-def _train(cfg: DictConfig) -> None:
-    try:
-        config = validate_config(OmegaConf.to_container(cfg, resolve=True))
-    except ConfigError as exc:
-        LOG.error("%s", exc)
-        sys.exit(2)
+def _train(config: RunConfig) -> None:
     from anemo_like.training.trainer import Trainer  # torch and friends: only once the config is known good
 
-    try:  # setup checks the config against the dataset: a mismatch is the user's to fix, not a crash
-        trainer = Trainer(config)
-    except (ValueError, FileNotFoundError) as exc:
-        LOG.error("%s", exc)
-        sys.exit(2)
-    trainer.fit()
+    set_up_or_exit(lambda: Trainer(config)).fit()
 
 
 def main() -> None:
-    try:
-        check_override_keys(sys.argv[1:])
-    except ConfigError as exc:
-        print(f"anemo-train: {exc}", file=sys.stderr)
-        sys.exit(2)
-    hydra.main(config_path=str(config_dir()), config_name="quickstart", version_base="1.3")(_train)()
+    run_hydra_command("anemo-train", _train, sys.argv[1:])
 
 
 if __name__ == "__main__":

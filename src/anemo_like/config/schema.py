@@ -232,11 +232,34 @@ class SystemConfig(Strict):
     paths: PathsConfig
 
 
+class ProfileConfig(Strict):
+    """What ``anemo-profile`` runs: warm-up steps, timed steps, then steps under torch.profiler."""
+
+    warmup_steps: int = Field(2, ge=1, description="untimed steps first (first-touch costs, caches)")
+    steps: int = Field(5, ge=1, description="steps timed phase by phase, memory sampled")
+    profiled_steps: int = Field(2, ge=1, description="steps under torch.profiler: operator tables, trace, timeline")
+    loader_batches: int = Field(20, ge=1, description="batches read by the dataloader alone, for its own rate")
+    top_operators: int = Field(20, ge=1, description="rows of each operator table")
+    output: str | None = Field(None, description="report folder; default: <system.paths.output>/profile")
+    all_ranks: bool = Field(False, description="every rank writes a report (rank<N>/); default rank 0 only")
+
+
+class MemorySnapshotConfig(Strict):
+    """Record the allocator's history over a window of training steps (CUDA; CPU falls back to an RSS timeline)."""
+
+    enabled: bool = False
+    warmup: int = Field(5, ge=0, description="steps before recording starts")
+    steps: int = Field(3, ge=1, description="steps recorded")
+    max_entries: int = Field(100_000, ge=1, description="allocator events kept (CUDA)")
+
+
 class DiagnosticsConfig(Strict):
     log_every_n_steps: int = Field(10, ge=1)
     progress_bar: bool = True
     plots: bool = True
     plot_variable: str | None = Field(None, description="variable of the forecast map; default: first prognostic")
+    profile: ProfileConfig = ProfileConfig()
+    memory_snapshot: MemorySnapshotConfig = MemorySnapshotConfig()
 
 
 class RunConfig(Strict):

@@ -9,8 +9,15 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.graphs.areas import area_weights
 from anemo_like.graphs.edge_attributes import edge_attributes
-from anemo_like.graphs.edges import cutoff_edges, knn_edges, max_nearest_neighbour_distance, multiscale_mesh_edges
+from anemo_like.graphs.edges import (
+    cutoff_edges,
+    knn_edges,
+    max_nearest_neighbour_distance,
+    multiscale_mesh_edges,
+    sort_by_destination,
+)
 from anemo_like.graphs.icosahedron import refined_icosahedron
+from anemo_like.graphs.ordering import hilbert_order
 from anemo_like.graphs.sphere import latlon_to_xyz, xyz_to_latlon
 
 LOGGER = logging.getLogger(__name__)
@@ -65,7 +72,8 @@ def build_graph(
     knn: int = 3,
     processor_edges: bool = True,
 ) -> HeteroData:
-    """Graph with node sets "data" (the given points, in order) and "hidden" (refined icosahedron).
+    """Graph with node sets "data" (the given points, in order) and "hidden" (refined icosahedron vertices
+    in Hilbert-curve order, so that contiguous hidden index ranges are compact regions).
 
     latitudes_deg / longitudes_deg: (N_data,) in degrees. Node features `x` are float32 [lat, lon]
     in radians; "data" also has `area_weight` float32 (N_data,) with mean 1. Edge sets (edge_index
@@ -81,7 +89,10 @@ def build_graph(
     latitudes, longitudes = _validated_radians(latitudes_deg, longitudes_deg)
     data_xyz = latlon_to_xyz(latitudes, longitudes)
     mesh = refined_icosahedron(resolution=mesh_resolution)
-    hidden_xyz = mesh.vertices
+    hidden_order = hilbert_order(mesh.vertices)
+    hidden_rank = np.empty_like(hidden_order)
+    hidden_rank[hidden_order] = np.arange(len(hidden_order))
+    hidden_xyz = mesh.vertices[hidden_order]
     cutoff_radius = cutoff_factor * max_nearest_neighbour_distance(hidden_xyz)
 
     graph = HeteroData()
@@ -100,7 +111,8 @@ def build_graph(
         )
     _set_edges(graph, ENCODER, encoder_index, data_xyz, hidden_xyz)
     if processor_edges:
-        processor_index = multiscale_mesh_edges(mesh, levels=processor_levels(mesh_resolution))
+        mesh_index = multiscale_mesh_edges(mesh, levels=processor_levels(mesh_resolution))
+        processor_index = sort_by_destination(hidden_rank[mesh_index])
         _set_edges(graph, PROCESSOR, processor_index, hidden_xyz, hidden_xyz)
     _set_edges(graph, DECODER, knn_edges(hidden_xyz, data_xyz, k=knn), hidden_xyz, data_xyz)
 

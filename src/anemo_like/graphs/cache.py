@@ -17,7 +17,7 @@ from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors
 LOGGER = logging.getLogger(__name__)
 
 # Bump when the graph construction changes so that stale cache files are not reused.
-_CACHE_FORMAT_VERSION = 1
+_CACHE_FORMAT_VERSION = 2  # 2: hidden nodes in Hilbert-curve order
 
 
 def graph_cache_key(

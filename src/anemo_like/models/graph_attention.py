@@ -23,8 +23,8 @@ from torch import Tensor
 from anemo_like.models.chunking import EdgeBlock, SortedEdges
 from anemo_like.models.workspace import scratch
 
-BLOCK_ELEMENTS = 1 << 20
-"""Per-edge tensors of one block hold at most about this many elements (4 MiB in fp32), whatever B, H and C."""
+BLOCK_ELEMENTS = 1 << 18
+"""Per-edge tensors of one block hold at most about this many elements (1 MiB in fp32), whatever B, H and C."""
 
 
 def edges_per_block(batch: int, heads: int, channels: int) -> int:

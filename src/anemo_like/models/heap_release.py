@@ -17,7 +17,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
+
+from anemo_like.profiling.memory import resident_bytes
 
 
 class _MallInfo2(ctypes.Structure):
@@ -44,12 +45,10 @@ def _glibc() -> ctypes.CDLL | None:
 
 _threshold_bytes: int | None = None
 _rss_after_release = 0
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _resident_bytes() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[1]) * _PAGE_BYTES
+    return resident_bytes() or 0
 
 
 def set_heap_release(threshold_mib: float | None) -> bool:

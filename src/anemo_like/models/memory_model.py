@@ -27,8 +27,9 @@ LOG = logging.getLogger(__name__)
 MAPPER_ROWS_PER_DESTINATION = 12.0
 """Live rows per destination node of a mapper chunk at its backward peak (measured 9.6-10.2 at 256 channels;
 relatively more at few channels, where edge features and inputs weigh more)."""
-MAPPER_ROWS_PER_SOURCE = 7.5
-"""Live rows per source node referenced by a mapper chunk (measured 5.6-5.8 at 256 channels)."""
+MAPPER_ROWS_PER_SOURCE = 8.0
+"""Live rows per source node referenced by a mapper chunk (measured 5.6-5.8 at 256 channels; chunks of few
+sources, as in Hilbert-ordered meshes, carry relatively more fixed overhead)."""
 PROCESSOR_ROWS_PER_LAYER = 8.5
 """Live rows per hidden node and per layer of one processor checkpoint segment (measured 7.6)."""
 PROCESSOR_EXTRA_ROWS = 7.0

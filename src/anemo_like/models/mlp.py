@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from anemo_like.models.workspace import scratch
 
-ROW_BLOCK_ELEMENTS = 1 << 20
-"""Elements of one block of hidden activations (4 MiB in fp32)."""
+ROW_BLOCK_ELEMENTS = 1 << 18
+"""Elements of one block of hidden activations (1 MiB in fp32)."""
 
 
 def _row_blocks(rows: int, hidden: int) -> list[slice]:

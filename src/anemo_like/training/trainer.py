@@ -24,6 +24,8 @@ from anemo_like.models.memory_model import (
     resolve_auto_chunks,
 )
 from anemo_like.profiling.memory import peak_rss_mib
+from anemo_like.profiling.phases import PhaseClock
+from anemo_like.profiling.snapshot import MemorySnapshotRecorder
 from anemo_like.training.checkpoint import (
     load_training_checkpoint,
     resume_mismatches,
@@ -125,6 +127,7 @@ class Trainer:
             area_weight=self.area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32)
         ).to(self.device)
         self.step = 0
+        self.clock = PhaseClock(self.device)  # records only while anemo-profile turns it on
         if config.training.resume:
             self._resume(Path(config.training.resume).expanduser())
         LOG.info(
@@ -197,7 +200,9 @@ class Trainer:
         for prediction, target in predictions:
             loss = loss + self.loss_fn(prediction, target) / steps
         self.optimizer.zero_grad(set_to_none=True)
+        self.clock.switch("decoder backward")
         loss.backward()
+        self.clock.switch("optimizer step")
         if cfg.optimizer.gradient_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm)
         self.optimizer.step()
@@ -238,7 +243,22 @@ class Trainer:
         result: ValidationResult | None = None
         self.model.train()
         batches = iter(loader)
+        snapshot = cfg.diagnostics.memory_snapshot
+        recorder = (
+            MemorySnapshotRecorder(
+                device=self.device,
+                output_dir=self.run_dir / "memory_snapshot",
+                warmup=snapshot.warmup,
+                steps=snapshot.steps,
+                max_entries=snapshot.max_entries,
+            )
+            if snapshot.enabled
+            else None
+        )
+        first_step = self.step
         while self.step < cfg.training.max_steps:
+            if recorder is not None:
+                recorder.step_started(self.step - first_step)
             batch = next(batches).to(self.device, non_blocking=True)
             loss_sum += self._train_step(batch)
             loss_count += 1
@@ -267,6 +287,8 @@ class Trainer:
                 LOG.info("training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step)
                 break
         progress.close()
+        if recorder is not None:
+            recorder.close()
         if result is None:  # resumed at or past max_steps
             result = self.validate()
         return self._finish(result, metrics, time.perf_counter() - started)

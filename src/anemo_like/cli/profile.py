@@ -1,0 +1,47 @@
+"""``anemo-profile [--doctor] --config-name=NAME key=value ...``: profile a short training run into a report.
+
+Same configs and overrides as ``anemo-train``; ``diagnostics.profile.*`` sets the step counts and the report
+folder (default ``<system.paths.output>/profile``). ``--doctor`` adds the performance doctor's findings to the
+report and prints them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.config import RunConfig
+
+LOG = logging.getLogger("anemo_like")
+DOCTOR_FLAG = "--doctor"
+
+
+def _profile(config: RunConfig, *, doctor: bool) -> None:
+    from anemo_like.profiling.doctor import diagnose, render
+    from anemo_like.profiling.run import profile_training, report_dir
+    from anemo_like.training.trainer import Trainer
+
+    report = profile_training(config, trainer=set_up_or_exit(lambda: Trainer(config)))
+    if report is None:
+        return
+    output = report_dir(config, report.rank)
+    if doctor:
+        findings = render(diagnose(report.summary(), config))
+        (output / "doctor.md").write_text(findings)
+        with (output / "report.md").open("a") as f:
+            f.write("\n" + findings)
+        LOG.info("%s", findings)
+    LOG.info("profile report: %s", output / "report.md")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    doctor = DOCTOR_FLAG in argv
+    run_hydra_command(
+        "anemo-profile", lambda config: _profile(config, doctor=doctor), [a for a in argv if a != DOCTOR_FLAG]
+    )
+
+
+if __name__ == "__main__":
+    main()

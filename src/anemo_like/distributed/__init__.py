@@ -1,0 +1,1 @@
+"""Distributed launch and process groups."""
