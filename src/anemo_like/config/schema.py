@@ -6,12 +6,15 @@ so validation runs in well under a second.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NormalizerName = Literal["mean-std", "min-max", "none"]
 ComputedForcing = Literal["cos_julian_day", "sin_julian_day", "cos_local_time", "sin_local_time"]
+NanPolicy = Literal["error", "mask"]
+_TIMESTEP = re.compile(r"^\d+[mhd]$")
 
 
 class Strict(BaseModel):
@@ -69,7 +72,17 @@ class DataConfig(Strict):
     variables: VariablesConfig
     normalizer: NormalizerConfig = NormalizerConfig()
     splits: SplitsConfig = SplitsConfig()
-    timestep: str = Field("6h", pattern=r"^\d+[mhd]$", description="model time step, a multiple of the data frequency")
+    timestep: str = Field("6h", description="model time step, a multiple of the data frequency")
+    nan_policy: NanPolicy = Field(
+        "error", description="NaN/inf in a sample: error names the date and variables; mask leaves them out of the loss"
+    )
+
+    @field_validator("timestep")
+    @classmethod
+    def _timestep_format(cls, v: str) -> str:
+        if not _TIMESTEP.match(v):
+            raise ValueError("expected a whole number and a unit m, h or d, e.g. '30m', '6h', '1d'")
+        return v
 
 
 class BatchSizes(Strict):
@@ -196,6 +209,8 @@ class TrainingConfig(Strict):
     max_minutes: float | None = Field(None, gt=0, description="stop early when this wall-clock budget is spent")
     val_every_n_steps: int = Field(200, ge=1)
     checkpoint_every_n_steps: int = Field(200, ge=1)
+    checkpoint_every_minutes: float | None = Field(None, gt=0, description="also checkpoint when this much time passed")
+    checkpoint_keep_last: int = Field(3, ge=1, description="step checkpoints kept (checkpoints/step-*.pt)")
     optimizer: OptimizerConfig = OptimizerConfig()
     variable_loss_weights: dict[str, float] = {}
 
@@ -207,7 +222,9 @@ class TrainingConfig(Strict):
             raise ValueError(f"weights must be >= 0, got {negative}")
         return weights
 
-    resume: str | None = Field(None, description="path of a training checkpoint to continue from")
+    resume: str | None = Field(
+        None, description="training checkpoint to continue from; 'auto': the run folder's latest, if any"
+    )
 
 
 # --------------------------------------------------------------------------------------------- system

@@ -49,15 +49,32 @@ def _describe(error: dict[str, Any], config: Mapping[str, Any]) -> str:
         hint = f" (did you mean '{'.'.join([*map(str, loc[:-1]), guess[0]])}'?)" if guess else ""
         return f"unknown config key '{key}'{hint}; allowed here: {', '.join(allowed)}"
     value = _value_at(config, loc)
-    if isinstance(value, Mapping) or not loc:  # a rule across several keys of a section: name the section only
-        return f"config section '{key}': {error['msg'].removeprefix('Value error, ')}"
-    if error["type"] == "missing" or value == "???":
-        return f"missing config key '{key}': set it in the config or on the command line ({key}=...)"
-    return f"config key '{key}' = {value!r}: {error['msg']}"
+    message = error["msg"].removeprefix("Value error, ")
+    if not loc:  # a rule across sections: its message names the keys
+        return message
+    if isinstance(value, Mapping):  # a rule across several keys of a section: name the section only
+        return f"config section '{key}': {message}"
+    if error["type"] == "missing":
+        return _missing(key)
+    return f"config key '{key}' = {value!r}: {message}"
+
+
+def _unset_keys(config: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose value is Hydra's mandatory marker ``???`` (left for the user to set)."""
+    if isinstance(config, Mapping):
+        return [key for name, value in config.items() for key in _unset_keys(value, f"{prefix}{name}.")]
+    return [prefix.removesuffix(".")] if config == "???" else []
+
+
+def _missing(key: str) -> str:
+    return f"missing config key '{key}': set it in the config or on the command line ({key}=...)"
 
 
 def validate_config(config: Mapping[str, Any]) -> RunConfig:
     """Validate a resolved config mapping; raise :class:`ConfigError` listing every problem."""
+    unset = _unset_keys(config)
+    if unset:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(map(_missing, unset)))
     try:
         return RunConfig.model_validate(config)
     except ValidationError as exc:

@@ -41,7 +41,8 @@ class Normalizer:
             if not np.isfinite(scale[i]) or scale[i] <= 0 or not np.isfinite(offset[i]):
                 raise ValueError(
                     f"{source}: variable '{name}' has unusable statistics for '{method}' normalisation "
-                    f"(offset {offset[i]}, scale {scale[i]}); choose normalizer 'none' for it or fix the statistics"
+                    f"(offset {offset[i]}, scale {scale[i]}); fix the statistics or leave it unnormalised "
+                    f"(data.normalizer.per_variable.{name}: none)"
                 )
         return cls(list(names), offset, scale)
 

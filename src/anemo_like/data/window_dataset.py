@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from anemo_like.config.schema import NanPolicy
 from anemo_like.data.forcings import computed_forcings
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.zarr_store import AnemoiZarr
+
+
+class NonFiniteDataError(ValueError):
+    """A sample holds NaN or inf values and ``data.nan_policy`` is ``error``.
+
+    torch's DataLoader re-raises an error from a worker process as the same type, with the worker's traceback
+    prepended to the message; that prefix is dropped so the user sees the message alone.
+    """
+
+    def __init__(self, message: str) -> None:
+        marker = f"{type(self).__name__}: "
+        if message.startswith("Caught ") and marker in message:
+            message = message.rsplit(marker, 1)[1].strip()
+        super().__init__(message)
 
 
 class WindowDataset(Dataset):
@@ -16,6 +33,10 @@ class WindowDataset(Dataset):
 
     Variables follow ``read_names`` (normalised with ``normalizer``) then ``computed_names`` (not normalised).
     Only the needed dates are read; each worker process opens its own zarr handle.
+
+    Non-finite values raise :class:`NonFiniteDataError` (``nan_policy="error"``), or (``"mask"``) become 0 in the
+    first ``input_states`` states and in variables not in ``target_names``, and NaN in the targets (states from
+    ``input_states`` on, variables in ``target_names``), for the loss to leave out.
     """
 
     def __init__(
@@ -29,6 +50,9 @@ class WindowDataset(Dataset):
         read_names: list[str],
         computed_names: list[str],
         normalizer: Normalizer,
+        nan_policy: NanPolicy = "error",
+        input_states: int = 0,
+        target_names: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.date_start = date_start
@@ -37,6 +61,10 @@ class WindowDataset(Dataset):
         self.read_index = store.variable_indices(read_names)
         self.computed_names = computed_names
         self.normalizer = normalizer
+        self.nan_policy = nan_policy
+        self.read_names = list(read_names)
+        is_target = np.isin(read_names, list(target_names))[None, :, None]  # (1, V, 1)
+        self.keep_nan = is_target & (np.arange(num_states) >= input_states)[:, None, None]  # (T, V, 1)
         span = (num_states - 1) * stride
         self.length = max(0, date_stop - date_start - span)
 
@@ -54,10 +82,28 @@ class WindowDataset(Dataset):
     def __getitem__(self, item: int) -> torch.Tensor:
         if not 0 <= item < self.length:
             raise IndexError(f"sample {item} out of range 0..{self.length - 1}")
-        values = self.normalizer.normalize(
-            self.store.read(self._date_slice(item), self.read_index), axis=1
-        )  # (T, V, G)
+        raw = self.store.read(self._date_slice(item), self.read_index)  # (T, V, G)
+        bad = ~np.isfinite(raw)
+        values = self.normalizer.normalize(raw, axis=1)
+        if bad.any():
+            if self.nan_policy == "error":
+                raise NonFiniteDataError(self._non_finite_message(item, bad))
+            values[bad] = 0.0
+            values[bad & self.keep_nan] = np.nan
         if self.computed_names:
             forcing = computed_forcings(self.computed_names, self.dates(item), self.store.longitudes)
             values = np.concatenate([values, forcing], axis=1)
         return torch.from_numpy(np.ascontiguousarray(values.transpose(0, 2, 1)))
+
+    def _non_finite_message(self, item: int, bad: np.ndarray) -> str:
+        """Name the dataset, each date with non-finite values and the variables affected, and the way out."""
+        places = []
+        for date, bad_at_date in zip(self.dates(item), bad, strict=True):
+            counts = zip(self.read_names, bad_at_date.sum(-1), strict=True)
+            names = [f"{name} ({count} of {bad.shape[-1]} points)" for name, count in counts if count]
+            if names:
+                places.append(f"{date} in {', '.join(names)}")
+        return (
+            f"{self.store.path}: NaN or inf values at {'; '.join(places)}; "
+            "fix the dataset, or set data.nan_policy=mask to leave them out of the loss"
+        )

@@ -166,15 +166,28 @@ def _check_dates(path: Path, dates: np.ndarray, frequency: datetime.timedelta) -
         )
 
 
+def _check_coordinates(path: Path, latitudes: np.ndarray, longitudes: np.ndarray) -> None:
+    """Grid coordinates must be finite degrees, latitudes within [-90, 90]."""
+    for key, values in (("latitudes", latitudes), ("longitudes", longitudes)):
+        if not np.isfinite(values).all():
+            raise _fail(path, key, f"holds {int((~np.isfinite(values)).sum())} NaN or inf values; expected degrees")
+    if np.abs(latitudes).max(initial=0.0) > 90.0:
+        raise _fail(path, "latitudes", f"reach {np.abs(latitudes).max():g}; expected degrees within [-90, 90]")
+
+
 def open_anemoi_zarr(path: str | Path) -> AnemoiZarr:
     """Open the metadata of an anemoi-datasets zarr (v2 or v3) without reading ``data``."""
     path = Path(path).expanduser().resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such dataset (expected an anemoi-datasets zarr directory)")
+    if not path.is_dir():
+        raise ValueError(f"{path}: is a file, not a dataset (expected an anemoi-datasets zarr directory)")
     try:
         group = zarr.open_group(path, mode="r")
     except (FileNotFoundError, ValueError, TypeError) as error:
-        raise ValueError(f"{path}: not a zarr group ({error})") from error
+        raise ValueError(
+            f"{path}: not a zarr group (no .zgroup or zarr.json inside; expected an anemoi-datasets zarr directory)"
+        ) from error
     attrs = dict(group.attrs)
     for key in ("variables", "frequency"):
         if key not in attrs:
@@ -191,13 +204,16 @@ def open_anemoi_zarr(path: str | Path) -> AnemoiZarr:
     frequency = parse_frequency(attrs["frequency"], source=f"{path}: 'frequency'")
     dates = _read_small(group, path, "dates", n_dates, "datetime64[s]")
     _check_dates(path, dates, frequency)
+    latitudes = _read_small(group, path, "latitudes", n_grid, "float64")
+    longitudes = _read_small(group, path, "longitudes", n_grid, "float64")
+    _check_coordinates(path, latitudes, longitudes)
     return AnemoiZarr(
         path=path,
         variables=variables,
         frequency=frequency,
         dates=dates,
-        latitudes=_read_small(group, path, "latitudes", n_grid, "float64"),
-        longitudes=_read_small(group, path, "longitudes", n_grid, "float64"),
+        latitudes=latitudes,
+        longitudes=longitudes,
         statistics={key: _read_small(group, path, key, n_vars, "float64") for key in STATISTICS},
         zarr_format=int(group.metadata.zarr_format),
         shape=tuple(int(n) for n in data.shape),
@@ -206,10 +222,16 @@ def open_anemoi_zarr(path: str | Path) -> AnemoiZarr:
 
 
 def compute_statistics(data: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-variable mean, stdev, minimum, maximum over dates, ensembles and grid of (dates, vars, ens, grid) data."""
+    """Per-variable mean, stdev, minimum, maximum over dates, ensembles and grid of (dates, vars, ens, grid) data.
+
+    Non-finite values (missing data) are left out; a variable with no finite value gets NaN statistics.
+    """
     stats: dict[str, list[float]] = {key: [] for key in STATISTICS}
     for variable in range(data.shape[1]):
         values = np.asarray(data[:, variable], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            values = np.array([np.nan])
         stats["mean"].append(values.mean())
         stats["stdev"].append(values.std())
         stats["minimum"].append(values.min())

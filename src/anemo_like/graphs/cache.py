@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch_geometric.data import HeteroData
 
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.graphs.builder import build_graph
-from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors
+from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors, load_weights_only
 
 LOGGER = logging.getLogger(__name__)
 
@@ -68,11 +67,32 @@ def load_or_build_graph(
     path = Path(cache_dir) / f"graph-{graph_cache_key(latitudes_deg, longitudes_deg, **spec)}.pt"
     if path.exists():
         start = time.perf_counter()
-        graph = graph_from_tensors(torch.load(path, weights_only=True))
+        graph = load_cached_graph(path, latitudes_deg, longitudes_deg)
         LOGGER.info("Loaded graph from %s in %.2f s", path, time.perf_counter() - start)
         return graph
 
     graph = build_graph(latitudes_deg, longitudes_deg, **spec)
     atomic_torch_save(graph_to_tensors(graph), path)
     LOGGER.info("Cached graph at %s", path)
+    return graph
+
+
+def load_cached_graph(path: Path, latitudes_deg: np.ndarray, longitudes_deg: np.ndarray) -> HeteroData:
+    """Read a cached graph and check its data nodes are the given grid; raises ValueError naming the file."""
+    remedy = "delete it and it will be rebuilt"
+    try:
+        tensors = load_weights_only(path, what="graph cache file")
+    except ValueError as error:
+        raise ValueError(f"{error}; {remedy}") from None
+    try:
+        graph = graph_from_tensors(tensors)
+        coordinates = graph["data"].x.numpy()  # (N, 2) float32 radians: latitude, longitude
+    except (ValueError, KeyError, AttributeError) as error:
+        raise ValueError(f"{path} is not a valid graph cache file ({error}); {remedy}") from None
+    grid = np.deg2rad(np.stack([latitudes_deg, longitudes_deg], axis=1)).astype(np.float32)
+    if coordinates.shape != grid.shape or not np.allclose(coordinates, grid, atol=1e-6):
+        raise ValueError(
+            f"{path}: graph cache file was built for another grid ({coordinates.shape[0]} points; the dataset has "
+            f"{grid.shape[0]}, or the coordinates differ); {remedy}"
+        )
     return graph

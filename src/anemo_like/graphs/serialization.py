@@ -1,6 +1,12 @@
-"""Flatten a HeteroData graph into plain tensors (for torch.save / weights_only loads) and back."""
+"""Flatten a HeteroData graph into plain tensors (for torch.save / weights_only loads) and back, and load such
+files with errors that name the file."""
 
 import hashlib
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch_geometric.data import HeteroData
@@ -67,3 +73,31 @@ def graph_fingerprint(graph: HeteroData) -> str:
         digest.update(f"{name}|{contiguous.dtype}|{tuple(contiguous.shape)}|".encode())
         digest.update(contiguous.numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def load_weights_only(path: Path, *, what: str) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU; ``what`` names the expected content in errors.
+
+    A file that is not a complete ``torch.save`` archive, or that holds pickled code (which ``weights_only``
+    refuses to run), raises ValueError naming the file: never a loader traceback, never a hint to load it unsafely.
+    """
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path} is not a valid {what}: not a complete torch.save archive (truncated, corrupted or another kind "
+            "of file)"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        blocked = re.search(r"GLOBAL ([\w.]+)", str(error))
+        if blocked:
+            raise ValueError(
+                f"{path} is not a safe {what}: it holds pickled Python code ({blocked.group(1)}), which "
+                "torch.load(weights_only=True) refuses to run; do not use files from untrusted sources"
+            ) from None
+        raise ValueError(
+            f"{path} is not a valid {what}: its contents are corrupted or not plain tensors (weights_only load refused)"
+        ) from None
+    except RuntimeError as error:  # the archive reader's complaint: its first sentence says what broke
+        reason = str(error).split(". ", 1)[0]
+        raise ValueError(f"{path} is not a valid {what}: the archive is corrupted ({reason})") from None

@@ -20,6 +20,7 @@ from anemo_like.config.schema import RunConfig
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.graphs import graph_from_tensors, graph_to_tensors
+from anemo_like.graphs.serialization import load_weights_only
 from anemo_like.models.forecast_model import ForecastModel, VariableLayout
 
 INFERENCE_FORMAT = "anemo_like-inference-v1"
@@ -70,7 +71,7 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"inference checkpoint {path} does not exist")
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    state: dict[str, Any] = load_weights_only(path, what="inference checkpoint")
     if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
         raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
     config = RunConfig.model_validate_json(state["config"])

@@ -6,6 +6,10 @@ written atomically (temporary file, fsync, rename): a crash during a save leaves
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -13,9 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
+import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.graphs.serialization import load_weights_only
+
+LOG = logging.getLogger(__name__)
 
 TRAINING_FORMAT = "anemo_like-training-v1"
+LATEST = "last.pt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -35,12 +44,42 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((state["python"]["version"], tuple(state["python"]["state"]), state["python"]["gauss"]))
 
 
+def config_hash(config: dict[str, Any]) -> str:
+    """16-hex-digit hash of the config sections a checkpoint's weights depend on (``RESUME_MUST_MATCH``)."""
+    sections = {}
+    for section in RESUME_MUST_MATCH:
+        value: Any = config
+        for part in section.split("."):
+            value = value.get(part, {})
+        sections[section] = value
+    return hashlib.sha256(json.dumps(sections, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def step_checkpoint_name(step: int) -> str:
+    return f"step-{step:09d}.pt"
+
+
 def save_training_checkpoint(
-    path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, config_json: str
-) -> None:
+    folder: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    config_json: str,
+    graph_hash: str,
+    keep_last: int,
+) -> Path:
+    """Write ``folder/step-<step>.pt`` atomically, make ``folder/last.pt`` point at it (atomic hard link, or an
+    atomic copy where the file system has none), and delete all but the newest ``keep_last`` step files.
+
+    The checkpoint carries its version metadata: format, package version, config hash and graph hash."""
+    path = folder / step_checkpoint_name(step)
     atomic_torch_save(
         {
             "format": TRAINING_FORMAT,
+            "version": anemo_like.__version__,
+            "config_hash": config_hash(json.loads(config_json)),
+            "graph_hash": graph_hash,
             "step": step,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -49,13 +88,51 @@ def save_training_checkpoint(
         },
         path,
     )
+    _point_latest_at(path)
+    for old in sorted(folder.glob("step-*.pt"))[:-keep_last]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _point_latest_at(path: Path) -> None:
+    latest, tmp = path.with_name(LATEST), path.with_name(f".{LATEST}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # no hard links here: copy (atomically) instead
+        atomic_torch_save(torch.load(path, map_location="cpu", weights_only=True), latest)
+        return
+    os.replace(tmp, latest)
+
+
+def check_checkpoint_versions(state: dict[str, Any], path: Path, *, config: dict[str, Any], graph_hash: str) -> None:
+    """Refuse a checkpoint whose graph differs from this run's; warn when another package version wrote it."""
+    saved_graph = state.get("graph_hash")
+    if saved_graph is not None and saved_graph != graph_hash:
+        raise ValueError(
+            f"training.resume: {path} was trained on another graph (hash {saved_graph}, this run's is {graph_hash}): "
+            "the dataset grid or the graph settings changed"
+        )
+    version = state.get("version")
+    if version is not None and version != anemo_like.__version__:
+        LOG.warning("%s was written by anemo_like %s, this is %s", path, version, anemo_like.__version__)
+    saved_hash = state.get("config_hash")
+    if saved_hash is not None and saved_hash != config_hash(config):
+        LOG.info("%s: config hash %s differs from this run's %s", path, saved_hash, config_hash(config))
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """``folder/last.pt`` if it exists (``training.resume: auto``)."""
+    latest = folder / LATEST
+    return latest if latest.is_file() else None
 
 
 def load_training_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a training checkpoint; raises naming the file when it is missing or of another format."""
+    """Read a training checkpoint; raises naming the file when it is missing, corrupted, unsafe or of another format."""
+
     if not path.is_file():
         raise FileNotFoundError(f"training checkpoint {path} does not exist (training.resume)")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_weights_only(path, what="training checkpoint (training.resume)")
     if not isinstance(state, dict) or state.get("format") != TRAINING_FORMAT:
         raise ValueError(f"{path} is not an anemo_like training checkpoint (expected format {TRAINING_FORMAT})")
     return state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
-from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr, parse_frequency
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
 from anemo_like.models.forecast_model import VariableLayout
 
 LOG = logging.getLogger(__name__)
@@ -69,9 +70,28 @@ class DataSetup:
         return DataLoader(self.val, batch_size=batch_size, shuffle=False, num_workers=num_workers)
 
 
+def writable_cache_dir(config: RunConfig) -> Path:
+    """``system.paths.cache``, created if needed; raises ValueError naming it when it cannot be written."""
+    cache = Path(config.system.paths.cache).expanduser()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        probe = cache / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"system.paths.cache {cache} (default: $ANEMO_LIKE_CACHE) is not a writable folder "
+            f"({error.strerror}); point ANEMO_LIKE_CACHE or system.paths.cache at a folder you can write"
+        ) from None
+    return cache
+
+
 def resolve_dataset_path(config: RunConfig) -> Path:
+    """The dataset's path (the built-in one generated on first use); checks the cache folder can be written first."""
     if config.data.dataset == "builtin":
-        return ensure_builtin_dataset(Path(config.system.paths.cache).expanduser(), seed=config.data.builtin_seed)
+        return ensure_builtin_dataset(writable_cache_dir(config), seed=config.data.builtin_seed)
+    if config.graph.cache:
+        writable_cache_dir(config)
     return Path(config.data.dataset).expanduser()
 
 
@@ -84,7 +104,7 @@ def setup_data(config: RunConfig) -> DataSetup:
     if timestep % frequency or timestep < frequency:
         raise ValueError(
             f"data.timestep '{config.data.timestep}' must be a multiple of the frequency of {store.path} "
-            f"({store.frequency})"
+            f"({format_frequency(frequency)})"
         )
     stride = int(timestep // frequency)
     read_index = store.variable_indices(roles.read)
@@ -109,9 +129,12 @@ def setup_data(config: RunConfig) -> DataSetup:
     )
     multistep = config.training.multistep_input
 
-    def windows(split: str, num_states: int) -> WindowDataset:
+    def windows(split: str, num_states: int, counted_as: str) -> WindowDataset:
         window = getattr(config.data.splits, split)
-        start, stop = store.date_range(window.start, window.end)
+        try:
+            start, stop = store.date_range(window.start, window.end)
+        except ValueError as error:
+            raise ValueError(f"data.splits.{split}: {error}") from None
         dataset = WindowDataset(
             store=store,
             date_start=start,
@@ -121,16 +144,29 @@ def setup_data(config: RunConfig) -> DataSetup:
             read_names=roles.read,
             computed_names=roles.computed,
             normalizer=normalizer,
+            nan_policy=config.data.nan_policy,
+            input_states=multistep,
+            target_names=roles.output,
         )
         if len(dataset) == 0:
             raise ValueError(
                 f"data.splits.{split} ({window.start} .. {window.end}) of {store.path} holds {stop - start} dates, "
-                f"too few for {num_states} states {config.data.timestep} apart"
+                f"too few for {num_states} states {config.data.timestep} apart ({counted_as}); "
+                "widen the split or shorten the rollout"
             )
         return dataset
 
-    train = windows("train", multistep + config.training.rollout.max)
-    val = windows("val", multistep + config.training.val_rollout)
+    rollout, val_rollout = config.training.rollout.max, config.training.val_rollout
+    train = windows(
+        "train",
+        multistep + rollout,
+        f"training.multistep_input {multistep} + training.rollout.max {rollout}",
+    )
+    val = windows(
+        "val",
+        multistep + val_rollout,
+        f"training.multistep_input {multistep} + training.val_rollout {val_rollout}",
+    )
     LOG.info(
         "data %s: %d grid points, train %d samples, val %d samples, inputs %s, outputs %s",
         store.path,

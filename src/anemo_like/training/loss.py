@@ -1,4 +1,4 @@
-"""Training loss: mean squared error weighted by node area and per-variable weights."""
+"""Training loss: mean squared error weighted by node area and per-variable weights, skipping missing targets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ from torch import Tensor
 
 
 class WeightedMSE(torch.nn.Module):
-    """sum_v w_v * mean_{b,g}(a_g * err^2) / sum_v w_v, with area weights a (mean 1) and variable weights w."""
+    """sum_v w_v * mse_v with mse_v the area-weighted mean of err^2 over batch and grid, variable weights w.
+
+    Non-finite target values (NaN: missing data kept by ``data.nan_policy: mask``) are left out of both the sum and
+    the normaliser of their variable; without them this equals sum_v w_v * mean_{b,g}(a_g * err^2) (area mean 1).
+    """
 
     def __init__(self, *, area_weight: Tensor, variable_weight: Tensor) -> None:
         super().__init__()
@@ -16,5 +20,9 @@ class WeightedMSE(torch.nn.Module):
 
     def forward(self, prediction: Tensor, target: Tensor) -> Tensor:
         """prediction, target: (B, G, V) -> scalar."""
-        squared = (prediction - target).square().mean(0)  # (G, V)
-        return (self.area_weight @ squared / squared.shape[0]) @ self.variable_weight
+        valid = target.isfinite()
+        squared = torch.where(valid, prediction - target, 0.0).square()  # (B, G, V)
+        area = self.area_weight[:, None]  # (G, 1)
+        weighted_sum = (squared * area).sum((0, 1))  # (V,)
+        weight_sum = (valid * area).sum((0, 1))  # (V,)
+        return (weighted_sum / weight_sum.clamp_min(torch.finfo(weight_sum.dtype).tiny)) @ self.variable_weight

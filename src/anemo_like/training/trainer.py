@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from anemo_like.config.schema import ModelConfig, RunConfig
-from anemo_like.graphs import load_or_build_graph
+from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.models.heap_release import set_heap_release
+from anemo_like.models.inference_chunks import inference_num_chunks
 from anemo_like.models.memory_model import (
     count_parameters,
     device_memory_bytes,
@@ -27,6 +28,8 @@ from anemo_like.profiling.memory import peak_rss_mib
 from anemo_like.profiling.phases import PhaseClock
 from anemo_like.profiling.snapshot import MemorySnapshotRecorder
 from anemo_like.training.checkpoint import (
+    check_checkpoint_versions,
+    latest_checkpoint,
     load_training_checkpoint,
     resume_mismatches,
     save_training_checkpoint,
@@ -35,6 +38,7 @@ from anemo_like.training.checkpoint import (
 from anemo_like.training.data_setup import DataSetup, setup_data
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.plots import plot_forecast_map, plot_loss_curve
+from anemo_like.training.preemption import Preempted, PreemptionSignal
 from anemo_like.training.progress import Progress
 from anemo_like.training.rollout import rollout
 from anemo_like.training.schedule import learning_rate, rollout_steps
@@ -111,6 +115,8 @@ class Trainer:
             knn=config.graph.knn,
             processor_edges=config.model.processor.type == "graphtransformer",
         )
+        for component in ("MAPPER", "PROCESSOR"):  # a bad ANEMOI_INFERENCE_NUM_CHUNKS* fails here, not at validation
+            inference_num_chunks(component)
         self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
         if self.device.type == "cpu":
             set_heap_release(config.system.hardware.release_cpu_heap_mib)
@@ -128,8 +134,10 @@ class Trainer:
         ).to(self.device)
         self.step = 0
         self.clock = PhaseClock(self.device)  # records only while anemo-profile turns it on
-        if config.training.resume:
-            self._resume(Path(config.training.resume).expanduser())
+        self.graph_hash = graph_fingerprint(self.graph)
+        resume = self._resume_path(config.training.resume)
+        if resume is not None:
+            self._resume(resume)
         LOG.info(
             "model: %.2fM parameters, graph: %d data / %d hidden nodes, device %s, run folder %s",
             sum(p.numel() for p in self.model.parameters()) / 1e6,
@@ -154,9 +162,19 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------------------------------- state
+    def _resume_path(self, resume: str | None) -> Path | None:
+        if resume != "auto":
+            return None if resume is None else Path(resume).expanduser()
+        path = latest_checkpoint(self.checkpoint_path.parent)
+        if path is None:
+            LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", self.checkpoint_path.parent)
+        return path
+
     def _resume(self, path: Path) -> None:
         state = load_training_checkpoint(path)
-        mismatches = resume_mismatches(json.loads(state["config"]), self.config.model_dump(mode="json"))
+        current = self.config.model_dump(mode="json")
+        check_checkpoint_versions(state, path, config=current, graph_hash=self.graph_hash)
+        mismatches = resume_mismatches(json.loads(state["config"]), current)
         if mismatches:
             raise ValueError(
                 f"training.resume: {path} was written by a run whose config differs where the weights depend on it:\n  "
@@ -174,12 +192,15 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         save_training_checkpoint(
-            self.checkpoint_path,
+            self.checkpoint_path.parent,
             model=self.model,
             optimizer=self.optimizer,
             step=self.step,
             config_json=self.config.model_dump_json(),
+            graph_hash=self.graph_hash,
+            keep_last=self.config.training.checkpoint_keep_last,
         )
+        self._last_save = time.perf_counter()
 
     # -------------------------------------------------------------------------------------------- loop
     def _train_step(self, batch: torch.Tensor) -> torch.Tensor:
@@ -256,36 +277,53 @@ class Trainer:
             else None
         )
         first_step = self.step
-        while self.step < cfg.training.max_steps:
-            if recorder is not None:
-                recorder.step_started(self.step - first_step)
-            batch = next(batches).to(self.device, non_blocking=True)
-            loss_sum += self._train_step(batch)
-            loss_count += 1
-            self.step += 1
-            last = self.step == cfg.training.max_steps
-            out_of_time = cfg.training.max_minutes is not None and (
-                time.perf_counter() - started > 60 * cfg.training.max_minutes
-            )
-            if self.step % cfg.diagnostics.log_every_n_steps == 0 or last or out_of_time:
-                record = {
-                    "step": self.step,
-                    "train_loss": float(loss_sum) / loss_count,
-                    "lr": self.optimizer.param_groups[0]["lr"],
-                    "rollout": rollout_steps(self.step - 1, config=cfg.training.rollout),
-                    "it_per_s": progress.rate(self.step),
-                }
-                metrics.write(record)
-                progress.update(self.step, loss=record["train_loss"])
-                loss_sum, loss_count = torch.zeros((), device=self.device), 0
-            if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
-                result = self.validate()
-                metrics.write({"step": self.step, **result.as_record()})
-            if self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time:
-                self.save_checkpoint()
-            if out_of_time:
-                LOG.info("training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step)
-                break
+        self._last_save = time.perf_counter()
+        with PreemptionSignal() as preemption:
+            while self.step < cfg.training.max_steps:
+                if recorder is not None:
+                    recorder.step_started(self.step - first_step)
+                batch = next(batches).to(self.device, non_blocking=True)
+                loss_sum += self._train_step(batch)
+                loss_count += 1
+                self.step += 1
+                last = self.step == cfg.training.max_steps
+                now = time.perf_counter()
+                out_of_time = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
+                stopping = last or out_of_time or preemption.received is not None
+                if self.step % cfg.diagnostics.log_every_n_steps == 0 or stopping:
+                    record = {
+                        "step": self.step,
+                        "train_loss": float(loss_sum) / loss_count,
+                        "lr": self.optimizer.param_groups[0]["lr"],
+                        "rollout": rollout_steps(self.step - 1, config=cfg.training.rollout),
+                        "it_per_s": progress.rate(self.step),
+                    }
+                    metrics.write(record)
+                    progress.update(self.step, loss=record["train_loss"])
+                    loss_sum, loss_count = torch.zeros((), device=self.device), 0
+                if preemption.received is not None:
+                    self.save_checkpoint()
+                    progress.close()
+                    LOG.warning(
+                        "received %s: stopped after step %d, checkpoint %s written; exiting with status 0 "
+                        "(training.resume=auto continues from it)",
+                        preemption.received,
+                        self.step,
+                        self.checkpoint_path,
+                    )
+                    raise Preempted
+                if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
+                    result = self.validate()
+                    metrics.write({"step": self.step, **result.as_record()})
+                every_minutes = cfg.training.checkpoint_every_minutes
+                timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
+                if self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save:
+                    self.save_checkpoint()
+                if out_of_time:
+                    LOG.info(
+                        "training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step
+                    )
+                    break
         progress.close()
         if recorder is not None:
             recorder.close()

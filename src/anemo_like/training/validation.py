@@ -71,6 +71,7 @@ def validate(
     """Score ``steps`` autoregressive steps on every validation sample.
 
     ``output_scale`` (V_out,) turns normalised errors into physical units (offsets cancel in differences).
+    Non-finite targets (``data.nan_policy: mask``) are left out: each RMSE is over the points that have a target.
     """
     was_training = model.training
     model.eval()
@@ -79,6 +80,7 @@ def validate(
     prognostic_inputs = torch.as_tensor(input_positions[:num_prognostic], device=device)
     sq_model = torch.zeros(steps, len(output_positions), dtype=torch.float64, device=device)
     sq_pers = torch.zeros(steps, num_prognostic, dtype=torch.float64, device=device)
+    weight_model, weight_pers = torch.zeros_like(sq_model), torch.zeros_like(sq_pers)
     loss_sum, samples = 0.0, 0
     for i, batch in enumerate(loader):
         if limit_batches is not None and i >= limit_batches:
@@ -96,10 +98,15 @@ def validate(
         )
         for step, (prediction, target) in enumerate(predictions):
             loss_sum += float(loss_fn(prediction, target)) * batch.shape[0] / steps
-            err = (prediction - target).double() * scale
+            valid = target.isfinite()
+            err = torch.where(valid, prediction - target, 0.0).double() * scale
             sq_model[step] += torch.einsum("g,bgv->v", weight.double(), err.square())
-            pers = (last_state - target[..., :num_prognostic]).double() * scale[:num_prognostic]
-            sq_pers[step] += torch.einsum("g,bgv->v", weight.double(), pers.square())
+            weight_model[step] += torch.einsum("g,bgv->v", weight.double(), valid.double())
+            pers = torch.where(valid[..., :num_prognostic], last_state - target[..., :num_prognostic], 0.0)
+            sq_pers[step] += torch.einsum(
+                "g,bgv->v", weight.double(), (pers.double() * scale[:num_prognostic]).square()
+            )
+            weight_pers[step] += torch.einsum("g,bgv->v", weight.double(), valid[..., :num_prognostic].double())
         samples += batch.shape[0]
     model.train(was_training)
     if samples == 0:
@@ -107,7 +114,7 @@ def validate(
     return ValidationResult(
         variables=output_names,
         leads=[format_frequency(step_length * (s + 1)) for s in range(steps)],
-        model_rmse=np.sqrt(sq_model.cpu().numpy() / samples),
-        persistence_rmse=np.sqrt(sq_pers.cpu().numpy() / samples),
+        model_rmse=np.sqrt((sq_model / weight_model).cpu().numpy()),
+        persistence_rmse=np.sqrt((sq_pers / weight_pers).cpu().numpy()),
         loss=loss_sum / samples,
     )
