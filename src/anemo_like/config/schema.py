@@ -237,6 +237,10 @@ class HardwareConfig(Strict):
     release_cpu_heap_mib: float | None = Field(
         32.0, gt=0, description="on CPU, return free heap to the OS once the process grew this much; None: never"
     )
+    collective_timeout_minutes: float = Field(
+        30.0, gt=0, description="a collective waiting longer fails (a rank died or hangs) instead of hanging"
+    )
+    bucket_cap_mb: float = Field(25.0, gt=0, description="gradient all-reduce bucket size, data parallel")
 
 
 class PathsConfig(Strict):

@@ -1,17 +1,105 @@
-"""Which process this is, from the launcher's environment: torchrun, SLURM ``srun``, or a plain single process."""
+"""Which process this is, from the launcher's environment, and the process group of a multi-process run.
+
+One convention: torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), else SLURM
+``srun`` (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``; the master is the first host of
+``SLURM_JOB_NODELIST``), else a plain single process.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_PORT = 29500
+
+
+def _int_variable(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer rank") from None
 
 
 def launch_rank() -> int:
     """Global rank: ``RANK`` (torchrun), else ``SLURM_PROCID`` (srun), else 0 (a single process)."""
     for variable in ("RANK", "SLURM_PROCID"):
-        value = os.environ.get(variable)
+        value = _int_variable(variable)
         if value is not None:
-            try:
-                return int(value)
-            except ValueError:
-                raise ValueError(f"environment variable {variable}={value!r} is not an integer rank") from None
+            return value
     return 0
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a SLURM node list: 'gpu[003-005,007],cpu1' -> 'gpu003'."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if match is None:
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a SLURM node list")
+    prefix, ranges = match.groups()
+    return prefix if ranges is None else prefix + ranges.split(",")[0].split("-")[0]
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    rank: int
+    local_rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def launch_environment() -> LaunchEnvironment:
+    """The launch environment of this process (see the module docstring)."""
+    if "WORLD_SIZE" in os.environ or "RANK" in os.environ:
+        return LaunchEnvironment(
+            rank=launch_rank(),
+            local_rank=_int_variable("LOCAL_RANK") or 0,
+            world_size=_int_variable("WORLD_SIZE") or 1,
+            master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=_int_variable("MASTER_PORT") or DEFAULT_PORT,
+        )
+    if "SLURM_PROCID" in os.environ and (_int_variable("SLURM_NTASKS") or 1) > 1:
+        job = _int_variable("SLURM_JOB_ID") or 0
+        return LaunchEnvironment(
+            rank=launch_rank(),
+            local_rank=_int_variable("SLURM_LOCALID") or 0,
+            world_size=_int_variable("SLURM_NTASKS") or 1,
+            master_addr=os.environ.get("MASTER_ADDR") or first_slurm_host(os.environ.get("SLURM_JOB_NODELIST", "")),
+            master_port=_int_variable("MASTER_PORT") or DEFAULT_PORT + job % 1000,
+        )
+    return LaunchEnvironment(rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=DEFAULT_PORT)
+
+
+def init_process_group(env: LaunchEnvironment, device: torch.device, *, timeout_minutes: float) -> None:
+    """Join the world (NCCL on CUDA, gloo on CPU). Every collective fails after ``timeout_minutes`` instead of
+    hanging, and a rank that dies makes the others' next collective fail."""
+    dist.init_process_group(
+        backend="nccl" if device.type == "cuda" else "gloo",
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(minutes=timeout_minutes),
+    )
+
+
+@contextlib.contextmanager
+def main_rank_first(env: LaunchEnvironment) -> Iterator[None]:
+    """Rank 0 runs the block first (e.g. writing a cache); the other ranks run it once rank 0 is done."""
+    if env.distributed and env.rank != 0:
+        dist.barrier()
+    yield
+    if env.distributed and env.rank == 0:
+        dist.barrier()

@@ -27,19 +27,35 @@ class ResumableShuffleSampler(Sampler[int]):
     """Endless stream of sample indices: a fresh seeded permutation per epoch, starting at any global position.
 
     The stream depends only on (seed, position), so a resumed run sees exactly the samples it would have seen.
+    With ``world_size`` data-parallel ranks, each global batch of ``batch_size * world_size`` consecutive
+    positions is split into contiguous per-rank batches, so together the ranks see what one process with the
+    global batch would see.
     """
 
-    def __init__(self, num_samples: int, *, seed: int, start: int = 0) -> None:
+    def __init__(
+        self, num_samples: int, *, seed: int, start: int = 0, batch_size: int = 1, rank: int = 0, world_size: int = 1
+    ) -> None:
         self.num_samples = num_samples
         self.seed = seed
         self.start = start
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
 
-    def __iter__(self) -> Iterator[int]:
+    def _global_stream(self) -> Iterator[int]:
         epoch, offset = divmod(self.start, self.num_samples)
         while True:
             order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))
             yield from order[offset:].tolist()
             epoch, offset = epoch + 1, 0
+
+    def __iter__(self) -> Iterator[int]:
+        stream = self._global_stream()
+        if self.world_size == 1:
+            yield from stream
+            return
+        mine = range(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        while True:
+            global_batch = [next(stream) for _ in range(self.batch_size * self.world_size)]
+            yield from (global_batch[i] for i in mine)
 
 
 @dataclass
@@ -62,8 +78,13 @@ class DataSetup:
     def output_positions(self) -> list[int]:
         return self.roles.sample_positions(self.roles.output)
 
-    def train_loader(self, *, batch_size: int, num_workers: int, seed: int, start_sample: int) -> DataLoader:
-        sampler = ResumableShuffleSampler(len(self.train), seed=seed, start=start_sample)
+    def train_loader(
+        self, *, batch_size: int, num_workers: int, seed: int, start_sample: int, rank: int = 0, world_size: int = 1
+    ) -> DataLoader:
+        """``start_sample`` is the global position (steps done × batch_size × world_size)."""
+        sampler = ResumableShuffleSampler(
+            len(self.train), seed=seed, start=start_sample, batch_size=batch_size, rank=rank, world_size=world_size
+        )
         return DataLoader(self.train, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True)
 
     def val_loader(self, *, batch_size: int, num_workers: int) -> DataLoader:

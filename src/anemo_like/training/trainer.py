@@ -13,6 +13,15 @@ import numpy as np
 import torch
 
 from anemo_like.config.schema import ModelConfig, RunConfig
+from anemo_like.distributed.data_parallel import (
+    all_ranks_agree,
+    average_gradients,
+    barrier,
+    broadcast_parameters,
+    mean_over_ranks,
+    release_process_group,
+)
+from anemo_like.distributed.environment import init_process_group, launch_environment, main_rank_first
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
@@ -64,20 +73,23 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def select_device(accelerator: str) -> torch.device:
+def select_device(accelerator: str, local_rank: int = 0) -> torch.device:
+    """The device of this process: with CUDA, the GPU of its local rank."""
     if accelerator == "cuda" and not torch.cuda.is_available():
         raise ValueError("system.hardware.accelerator is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
-    if accelerator == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(accelerator)
+    use_cuda = accelerator == "cuda" or (accelerator == "auto" and torch.cuda.is_available())
+    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 
 
 class MetricsLog:
     """Append-only JSON-lines metrics file; on resume, records after the resumed step are dropped."""
 
-    def __init__(self, path: Path, *, keep_until_step: int) -> None:
+    def __init__(self, path: Path, *, keep_until_step: int, write: bool = True) -> None:
         self.path = path
         self.records: list[dict] = []
+        self.enabled = write  # other data-parallel ranks keep records in memory only
+        if not write:
+            return
         if path.exists():
             for number, line in enumerate(path.read_text().splitlines(), start=1):
                 try:
@@ -91,6 +103,8 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         self.records.append(record)
+        if not self.enabled:
+            return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -103,18 +117,25 @@ class Trainer:
         if config.system.hardware.num_threads:
             torch.set_num_threads(config.system.hardware.num_threads)
         seed_everything(config.training.seed)
-        self.device = select_device(config.system.hardware.accelerator)
-        self.data: DataSetup = setup_data(config)
-        cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
-        self.graph = load_or_build_graph(
-            self.data.store.latitudes,
-            self.data.store.longitudes,
-            cache_dir=cache,
-            mesh_resolution=config.graph.mesh_resolution,
-            cutoff_factor=config.graph.cutoff_factor,
-            knn=config.graph.knn,
-            processor_edges=config.model.processor.type == "graphtransformer",
-        )
+        self.launch = launch_environment()
+        self.is_main = self.launch.rank == 0
+        self.device = select_device(config.system.hardware.accelerator, self.launch.local_rank)
+        if self.launch.distributed:
+            init_process_group(
+                self.launch, self.device, timeout_minutes=config.system.hardware.collective_timeout_minutes
+            )
+        with main_rank_first(self.launch):  # rank 0 generates the built-in dataset and caches the graph
+            self.data: DataSetup = setup_data(config)
+            cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
+            self.graph = load_or_build_graph(
+                self.data.store.latitudes,
+                self.data.store.longitudes,
+                cache_dir=cache,
+                mesh_resolution=config.graph.mesh_resolution,
+                cutoff_factor=config.graph.cutoff_factor,
+                knn=config.graph.knn,
+                processor_edges=config.model.processor.type == "graphtransformer",
+            )
         for component in ("MAPPER", "PROCESSOR"):  # a bad ANEMOI_INFERENCE_NUM_CHUNKS* fails here, not at validation
             inference_num_chunks(component)
         self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
@@ -123,6 +144,7 @@ class Trainer:
         self.model = ForecastModel(
             config=config.model, graph=self.graph, layout=self.data.layout, multistep=config.training.multistep_input
         ).to(self.device)
+        broadcast_parameters(self.model)
         opt = config.training.optimizer
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
@@ -224,6 +246,7 @@ class Trainer:
         self.clock.switch("decoder backward")
         loss.backward()
         self.clock.switch("optimizer step")
+        average_gradients(self.model, bucket_cap_mb=self.config.system.hardware.bucket_cap_mb)
         if cfg.optimizer.gradient_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm)
         self.optimizer.step()
@@ -249,16 +272,22 @@ class Trainer:
             limit_batches=cfg.dataloader.limit_val_batches,
         )
 
-    def fit(self) -> RunOutputs:
+    def fit(self) -> RunOutputs | None:
+        """Train to ``training.max_steps``; returns the outputs on rank 0 (None on other data-parallel ranks)."""
         cfg = self.config
-        metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step)
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main)
+        world = self.launch.world_size
         loader = self.data.train_loader(
             batch_size=cfg.dataloader.batch_size.train,
             num_workers=cfg.dataloader.num_workers.train,
             seed=cfg.training.seed,
-            start_sample=self.step * cfg.dataloader.batch_size.train,
+            start_sample=self.step * cfg.dataloader.batch_size.train * world,
+            rank=self.launch.rank,
+            world_size=world,
         )
-        progress = Progress(total=cfg.training.max_steps, start=self.step, enabled=cfg.diagnostics.progress_bar)
+        progress = Progress(
+            total=cfg.training.max_steps, start=self.step, enabled=cfg.diagnostics.progress_bar and self.is_main
+        )
         started = time.perf_counter()
         loss_sum, loss_count = torch.zeros((), device=self.device), 0
         result: ValidationResult | None = None
@@ -288,12 +317,15 @@ class Trainer:
                 self.step += 1
                 last = self.step == cfg.training.max_steps
                 now = time.perf_counter()
-                out_of_time = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
-                stopping = last or out_of_time or preemption.received is not None
+                over_budget = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
+                # every rank stops at the same step: a signal or the budget on one rank stops them all
+                preempted = all_ranks_agree(preemption.received is not None, self.device)
+                out_of_time = all_ranks_agree(over_budget, self.device) if world > 1 else over_budget
+                stopping = last or out_of_time or preempted
                 if self.step % cfg.diagnostics.log_every_n_steps == 0 or stopping:
                     record = {
                         "step": self.step,
-                        "train_loss": float(loss_sum) / loss_count,
+                        "train_loss": float(mean_over_ranks(loss_sum)) / loss_count,
                         "lr": self.optimizer.param_groups[0]["lr"],
                         "rollout": rollout_steps(self.step - 1, config=cfg.training.rollout),
                         "it_per_s": progress.rate(self.step),
@@ -301,23 +333,28 @@ class Trainer:
                     metrics.write(record)
                     progress.update(self.step, loss=record["train_loss"])
                     loss_sum, loss_count = torch.zeros((), device=self.device), 0
-                if preemption.received is not None:
-                    self.save_checkpoint()
+                if preempted:
+                    if self.is_main:
+                        self.save_checkpoint()
                     progress.close()
                     LOG.warning(
                         "received %s: stopped after step %d, checkpoint %s written; exiting with status 0 "
                         "(training.resume=auto continues from it)",
-                        preemption.received,
+                        preemption.received or "a stop signal on another rank",
                         self.step,
                         self.checkpoint_path,
                     )
                     raise Preempted
                 if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
-                    result = self.validate()
-                    metrics.write({"step": self.step, **result.as_record()})
+                    if self.is_main:
+                        result = self.validate()
+                        metrics.write({"step": self.step, **result.as_record()})
+                    barrier()
                 every_minutes = cfg.training.checkpoint_every_minutes
                 timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
-                if self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save:
+                if self.is_main and (
+                    self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save
+                ):
                     self.save_checkpoint()
                 if out_of_time:
                     LOG.info(
@@ -327,9 +364,14 @@ class Trainer:
         progress.close()
         if recorder is not None:
             recorder.close()
+        if not self.is_main:  # rank 0 validates and writes the run's outputs
+            release_process_group()
+            return None
         if result is None:  # resumed at or past max_steps
             result = self.validate()
-        return self._finish(result, metrics, time.perf_counter() - started)
+        outputs = self._finish(result, metrics, time.perf_counter() - started)
+        release_process_group()
+        return outputs
 
     # ---------------------------------------------------------------------------------------- outputs
     def _finish(self, result: ValidationResult, metrics: MetricsLog, seconds: float) -> RunOutputs:
