@@ -103,3 +103,12 @@ def main_rank_first(env: LaunchEnvironment) -> Iterator[None]:
     yield
     if env.distributed and env.rank == 0:
         dist.barrier()
+
+
+def rank_zero_value(value: str, env: LaunchEnvironment) -> str:
+    """Rank 0's ``value`` on every rank (e.g. the run folder, whose default name has a start time in it)."""
+    if not env.distributed:
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]

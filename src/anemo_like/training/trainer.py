@@ -21,7 +21,12 @@ from anemo_like.distributed.data_parallel import (
     mean_over_ranks,
     release_process_group,
 )
-from anemo_like.distributed.environment import init_process_group, launch_environment, main_rank_first
+from anemo_like.distributed.environment import (
+    init_process_group,
+    launch_environment,
+    main_rank_first,
+    rank_zero_value,
+)
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
@@ -124,6 +129,7 @@ class Trainer:
             init_process_group(
                 self.launch, self.device, timeout_minutes=config.system.hardware.collective_timeout_minutes
             )
+            self.run_dir = Path(rank_zero_value(str(self.run_dir), self.launch))  # one run folder for all ranks
         with main_rank_first(self.launch):  # rank 0 generates the built-in dataset and caches the graph
             self.data: DataSetup = setup_data(config)
             cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
