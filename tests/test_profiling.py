@@ -237,10 +237,10 @@ def test_report_folder_follows_the_launch_rank(compose_run, tmp_path, monkeypatc
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("SLURM_PROCID", raising=False)
     config = compose_run(tmp_path, [])
-    assert report_dir(config, 0) == tmp_path / "profile"
-    assert report_dir(config, 1) is None  # rank 0 reports alone by default
+    assert report_dir(config, 0, tmp_path) == tmp_path / "profile"
+    assert report_dir(config, 1, tmp_path) is None  # rank 0 reports alone by default
     everyone = compose_run(tmp_path, ["diagnostics.profile.all_ranks=true", f"diagnostics.profile.output={tmp_path}/p"])
-    assert report_dir(everyone, 3) == tmp_path / "p" / "rank3"
+    assert report_dir(everyone, 3, tmp_path) == tmp_path / "p" / "rank3"
 
     from anemo_like.distributed.environment import launch_rank
 

@@ -19,13 +19,13 @@ DOCTOR_FLAG = "--doctor"
 
 def _profile(config: RunConfig, *, doctor: bool) -> None:
     from anemo_like.profiling.doctor import diagnose, render
-    from anemo_like.profiling.run import profile_training, report_dir
+    from anemo_like.profiling.run import profile_training
     from anemo_like.training.trainer import Trainer
 
     report = profile_training(config, trainer=set_up_or_exit(lambda: Trainer(config)))
     if report is None:
         return
-    output = report_dir(config, report.rank)
+    output = report.output
     if doctor:
         findings = render(diagnose(report.summary(), config))
         (output / "doctor.md").write_text(findings)

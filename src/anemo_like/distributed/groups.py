@@ -82,9 +82,7 @@ def build_process_groups(
     layout = group_layout(world_size, ranks_per_model, read_group_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside the world of {world_size} ranks")
-    if world_size > 1 and (
-        not dist.is_initialized() or dist.get_world_size() != world_size or dist.get_rank() != rank
-    ):
+    if world_size > 1 and (not dist.is_initialized() or dist.get_world_size() != world_size or dist.get_rank() != rank):
         raise ValueError(f"rank {rank} of {world_size} needs an initialised process group of that world size and rank")
     model = _create_groups(layout.model, rank)
     data_parallel = _create_groups(layout.data_parallel, rank)

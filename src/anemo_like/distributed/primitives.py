@@ -12,13 +12,15 @@ Gradient conventions (the loss being differentiated is the SUM of every rank's l
 * :func:`gather_nodes` gives every rank the full tensor, and every rank's use of it counts; its backward is an
   (uneven) reduce-scatter: this rank's input gradient is the sum over ranks of their output gradients, sliced to
   this rank's block. If every rank computes the same loss from the gathered tensor, divide that loss by the group
-  size, or the gradient is counted once per rank.
+  size, or the gradient is counted once per rank; likewise :func:`shard_nodes` right after it counts P times
+  (go through :func:`reduce_sum` in between, as a sharded layer would).
 * :func:`reduce_sum` / :func:`copy_to_group` are the Megatron pair for partial sums: all-reduce forward and
   identity backward (the output is used identically on every rank), and its conjugate.
 * :func:`nodes_to_heads` / :func:`heads_to_nodes` and :func:`halo_exchange` only move data, so their backward
   moves gradients back (summing the gradients of rows that were sent several times).
 
-Every function returns its input unchanged when ``group`` is ``None`` or has a single rank.
+When ``group`` is ``None`` or has a single rank nothing is communicated: every function returns its input
+unchanged, except :func:`halo_exchange`, which returns an empty halo.
 """
 
 from __future__ import annotations
@@ -144,8 +146,10 @@ def _heads_to_nodes(x: Tensor, group: ProcessGroup, node_sizes: Sequence[int]) -
     batch, _, heads, channels = x.shape
     parts, nodes = _size(group), node_sizes[dist.get_rank(group)]
     by_rank = _exchange(x, node_sizes, [nodes] * parts, group, dim=1)  # (B, P * n, H / P, C), by source rank
-    return by_rank.reshape(batch, parts, nodes, heads, channels).transpose(1, 2).reshape(
-        batch, nodes, parts * heads, channels
+    return (
+        by_rank.reshape(batch, parts, nodes, heads, channels)
+        .transpose(1, 2)
+        .reshape(batch, nodes, parts * heads, channels)
     )
 
 
@@ -224,7 +228,8 @@ def nodes_to_heads(x: Tensor, group: ProcessGroup | None, node_sizes: Sequence[i
 
 
 def heads_to_nodes(x: Tensor, group: ProcessGroup | None, node_sizes: Sequence[int]) -> Tensor:
-    """Head-sharded to node-sharded, the inverse of :func:`nodes_to_heads`: ``(B, N, H / P, C) -> (B, n_rank, H, C)``."""
+    """Head-sharded to node-sharded, the inverse of :func:`nodes_to_heads`:
+    ``(B, N, H / P, C) -> (B, n_rank, H, C)``."""
     if _size(group) == 1:
         return x
     if x.shape[1] != sum(node_sizes) or len(node_sizes) != _size(group):
@@ -273,11 +278,13 @@ def plan_halo(
     needed = torch.unique(src[~local])  # sorted, hence grouped by owner in rank order
     stops = torch.tensor([b[1] for b in node_bounds], device=src.device)
     owner = torch.searchsorted(stops, needed, right=True)
-    if needed.numel() and needed[-1] >= stops[-1]:
-        raise ValueError(f"source node {int(needed[-1])} is outside the {int(stops[-1])} nodes")
+    if needed.numel() and (needed[0] < 0 or needed[-1] >= stops[-1]):
+        raise ValueError(
+            f"source nodes range over [{int(needed[0])}, {int(needed[-1])}], not the {int(stops[-1])} nodes"
+        )
     recv_counts = torch.bincount(owner, minlength=parts)
     edge_src = torch.where(local, src - start, stop - start + torch.searchsorted(needed, src))
-    if group is None or parts == 1:
+    if parts == 1:
         return HaloPlan([src.new_empty(0)], [0], edge_src)
     starts = torch.tensor([b[0] for b in node_bounds], device=src.device)
     send_counts = torch.empty_like(recv_counts)

@@ -19,6 +19,7 @@ IO_PHASES = ("data loading", "host to device")
 
 @dataclass
 class ProfileReport:
+    output: Path  # the report folder
     config: RunConfig
     rank: int
     device: str

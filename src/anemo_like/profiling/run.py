@@ -55,10 +55,10 @@ def loader_batches_per_second(trainer: Trainer, batches: int) -> float:
     return batches / (time.perf_counter() - start)
 
 
-def report_dir(config: RunConfig, rank: int) -> Path | None:
+def report_dir(config: RunConfig, rank: int, run_dir: Path) -> Path | None:
     """Where this rank writes its report, or None when only rank 0 reports and this is another rank."""
     settings = config.diagnostics.profile
-    base = Path(settings.output or Path(config.system.paths.output) / "profile").expanduser()
+    base = Path(settings.output or run_dir / "profile").expanduser()
     if settings.all_ranks:
         return base / f"rank{rank}"
     return base if rank == 0 else None
@@ -68,7 +68,7 @@ def profile_training(config: RunConfig, *, trainer: Trainer) -> ProfileReport | 
     """Profile ``trainer`` (built from ``config``) and write the report; returns it (None on ranks that do not
     report)."""
     rank = launch_rank()
-    output = report_dir(config, rank)
+    output = report_dir(config, rank, trainer.run_dir)
     settings = config.diagnostics.profile
     clock, device = trainer.clock, trainer.device
     instrument_components(trainer.model, clock)
@@ -114,13 +114,16 @@ def profile_training(config: RunConfig, *, trainer: Trainer) -> ProfileReport | 
             "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20,
             "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20,
         }
-    if output is None:
+    if output is None:  # a rank that does not report still runs every step the reporting ranks run (collectives)
+        for _ in range(settings.profiled_steps + (cuda_history_unavailable(device) is None)):
+            run_step()
         return None
     output.mkdir(parents=True, exist_ok=True)
     LOG.info("profiling %d steps under torch.profiler", settings.profiled_steps)
     profiled = profile_steps(run_step, settings.profiled_steps, output, device)
     LOG.info("reading %d batches with the dataloader alone", settings.loader_batches)
     report = ProfileReport(
+        output=output,
         config=config,
         rank=rank,
         device=str(device),
