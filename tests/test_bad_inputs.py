@@ -514,6 +514,19 @@ def test_bad_environment_variable(monkeypatch, variable: str, value: str, call, 
     assert message_of(call) == expected
 
 
+@pytest.mark.parametrize(
+    "variable, value, expected",
+    [
+        ("ANEMOI_INFERENCE_NUM_CHUNKS", "abc", "ANEMOI_INFERENCE_NUM_CHUNKS='abc': expected a positive integer"),
+        ("RANK", "two", "RANK='two' is not an integer rank"),
+    ],
+)
+def test_bad_environment_variable_fails_at_setup(compose_run, tmp_path, monkeypatch, variable, value, expected):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=re.escape(f"environment variable {expected}")):
+        Trainer(compose_run(tmp_path, []))
+
+
 def test_cache_folder_that_cannot_be_written(monkeypatch, tmp_path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
