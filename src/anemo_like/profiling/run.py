@@ -29,9 +29,17 @@ from anemo_like.training.trainer import Trainer
 LOG = logging.getLogger(__name__)
 
 
-def _endless(loader: torch.utils.data.DataLoader) -> Iterator[torch.Tensor]:
-    while True:
-        yield from loader
+def _training_batches(trainer: Trainer) -> Iterator[torch.Tensor]:
+    """A fresh iterator over the run's training batches from the first sample (the sampler never ends)."""
+    cfg = trainer.config
+    return iter(
+        trainer.data.train_loader(
+            batch_size=cfg.dataloader.batch_size.train,
+            num_workers=cfg.dataloader.num_workers.train,
+            seed=cfg.training.seed,
+            start_sample=0,
+        )
+    )
 
 
 def parameters_per_component(model: torch.nn.Module) -> dict[str, int]:
@@ -41,14 +49,7 @@ def parameters_per_component(model: torch.nn.Module) -> dict[str, int]:
 
 def loader_batches_per_second(trainer: Trainer, batches: int) -> float:
     """Rate of the training dataloader alone (fresh iterator, worker start-up included)."""
-    cfg = trainer.config
-    loader = trainer.data.train_loader(
-        batch_size=cfg.dataloader.batch_size.train,
-        num_workers=cfg.dataloader.num_workers.train,
-        seed=cfg.training.seed,
-        start_sample=0,
-    )
-    stream = _endless(loader)
+    stream = _training_batches(trainer)
     start = time.perf_counter()
     for _ in range(batches):
         next(stream)
@@ -73,14 +74,7 @@ def profile_training(config: RunConfig, *, trainer: Trainer) -> ProfileReport | 
     clock, device = trainer.clock, trainer.device
     instrument_components(trainer.model, clock)
     batch_size = config.dataloader.batch_size.train
-    stream = _endless(
-        trainer.data.train_loader(
-            batch_size=batch_size,
-            num_workers=config.dataloader.num_workers.train,
-            seed=config.training.seed,
-            start_sample=0,
-        )
-    )
+    stream = _training_batches(trainer)
     trainer.model.train()
 
     def run_step() -> None:
