@@ -65,13 +65,13 @@ def _reduce_bucket(grads: list[torch.Tensor], size: int) -> None:
         grad.copy_(reduced)
 
 
-def all_ranks_agree(flag: bool, device: torch.device) -> bool:
-    """True on every rank when ``flag`` is true on any rank (one tiny all-reduce)."""
+def any_rank(flags: tuple[bool, ...], device: torch.device) -> tuple[bool, ...]:
+    """Each flag true on every rank when it is true on any rank (one tiny all-reduce for all of them)."""
     if world_size() == 1:
-        return flag
-    value = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return flags
+    values = torch.tensor([int(f) for f in flags], device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return tuple(bool(v) for v in values.tolist())
 
 
 def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:

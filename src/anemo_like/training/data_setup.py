@@ -49,9 +49,6 @@ class ResumableShuffleSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         stream = self._global_stream()
-        if self.world_size == 1:
-            yield from stream
-            return
         mine = range(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
         while True:
             global_batch = [next(stream) for _ in range(self.batch_size * self.world_size)]

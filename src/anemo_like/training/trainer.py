@@ -14,7 +14,7 @@ import torch
 
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.distributed.data_parallel import (
-    all_ranks_agree,
+    any_rank,
     average_gradients,
     barrier,
     broadcast_parameters,
@@ -325,8 +325,7 @@ class Trainer:
                 now = time.perf_counter()
                 over_budget = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
                 # every rank stops at the same step: a signal or the budget on one rank stops them all
-                preempted = all_ranks_agree(preemption.received is not None, self.device)
-                out_of_time = all_ranks_agree(over_budget, self.device) if world > 1 else over_budget
+                preempted, out_of_time = any_rank((preemption.received is not None, over_budget), self.device)
                 stopping = last or out_of_time or preempted
                 if self.step % cfg.diagnostics.log_every_n_steps == 0 or stopping:
                     record = {
