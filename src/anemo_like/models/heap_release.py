@@ -47,10 +47,6 @@ _threshold_bytes: int | None = None
 _rss_after_release = 0
 
 
-def _resident_bytes() -> int:
-    return resident_bytes() or 0
-
-
 def set_heap_release(threshold_mib: float | None) -> bool:
     """Release free heap above ``threshold_mib`` at chunk boundaries from now on (None: never).
 
@@ -74,10 +70,10 @@ def maybe_release_heap() -> None:
     global _rss_after_release
     if _threshold_bytes is None:
         return
-    resident = _resident_bytes()
+    resident = resident_bytes() or 0
     _rss_after_release = min(_rss_after_release, resident)
     if resident - _rss_after_release <= _threshold_bytes:
         return
     if _glibc().mallinfo2().fordblks > _threshold_bytes:
         _glibc().malloc_trim(0)
-    _rss_after_release = _resident_bytes()
+    _rss_after_release = resident_bytes() or 0

@@ -13,6 +13,7 @@ from anemo_like.profiling.operators import ProfiledSteps, read_timeline, rows_as
 from anemo_like.profiling.phases import PhaseTotals
 from anemo_like.profiling.report_plots import plot_memory_over_steps, plot_time_per_phase
 from anemo_like.profiling.sampler import MemorySample
+from anemo_like.profiling.snapshot import write_timeline_csv
 
 IO_PHASES = ("data loading", "host to device")
 
@@ -203,13 +204,7 @@ def write_report(report: ProfileReport, output: Path) -> dict:
     _write_csv(output / "phases.csv", [{"phase": k, **v} for k, v in summary["phases"].items()])
     _write_csv(output / "operators_by_time.csv", summary["operators_by_time"])
     _write_csv(output / "operators_by_memory.csv", summary["operators_by_memory"])
-    _write_csv(
-        output / "memory_samples.csv",
-        [
-            {"seconds": round(s.seconds, 4), "memory_mib": round(s.mib, 2), "phase": s.phase or ""}
-            for s in report.memory_samples
-        ],
-    )
+    write_timeline_csv(report.memory_samples, output / "memory_samples.csv")
     plot_time_per_phase(report.phases, output / "time_per_phase.png")
     categories = read_timeline(report.profiled.timeline) if report.profiled.timeline else None
     plot_memory_over_steps(

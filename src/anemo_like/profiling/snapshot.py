@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from anemo_like.profiling.sampler import MemorySampler
+from anemo_like.profiling.sampler import MemorySample, MemorySampler
 
 LOG = logging.getLogger(__name__)
 
@@ -30,12 +30,12 @@ def cuda_history_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def write_timeline_csv(sampler: MemorySampler, path: Path) -> None:
-    """The sampler's samples as CSV: seconds, MiB, phase."""
+def write_timeline_csv(samples: list[MemorySample], path: Path) -> None:
+    """Memory samples as CSV: seconds, MiB, phase."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["seconds", "memory_mib", "phase"])
-        for s in sampler.samples:
+        for s in samples:
             writer.writerow([f"{s.seconds:.4f}", f"{s.mib:.2f}", s.phase or ""])
 
 
@@ -92,7 +92,7 @@ class MemorySnapshotRecorder:
         else:
             self._sampler.__exit__(None, None, None)
             path = self.output_dir / TIMELINE_FILE
-            write_timeline_csv(self._sampler, path)
+            write_timeline_csv(self._sampler.samples, path)
             self._sampler = None
         self.written = path
         LOG.info("memory snapshot written: %s", path)

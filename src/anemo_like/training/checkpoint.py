@@ -46,12 +46,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def config_hash(config: dict[str, Any]) -> str:
     """16-hex-digit hash of the config sections a checkpoint's weights depend on (``RESUME_MUST_MATCH``)."""
-    sections = {}
-    for section in RESUME_MUST_MATCH:
-        value: Any = config
-        for part in section.split("."):
-            value = value.get(part, {})
-        sections[section] = value
+    sections = {section: _section(config, section) for section in RESUME_MUST_MATCH}
     return hashlib.sha256(json.dumps(sections, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -144,6 +139,13 @@ RESUME_MUST_MATCH = ("model", "graph", "data.variables", "data.normalizer", "dat
 RESUME_MAY_DIFFER = ("num_chunks", "shard_strategy", "gradient_checkpointing", "graph_attention_backend")
 
 
+def _section(config: dict[str, Any], dotted: str) -> Any:
+    """``config["a"]["b"]`` for ``"a.b"`` ({} where a level is missing)."""
+    for part in dotted.split("."):
+        config = config.get(part, {})
+    return config
+
+
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     if isinstance(value, dict):
         return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}.{key}").items()}
@@ -154,10 +156,8 @@ def resume_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[st
     """Keys under RESUME_MUST_MATCH whose values differ between two config dicts, as 'key: saved -> current'."""
     differences = []
     for section in RESUME_MUST_MATCH:
-        old, new = saved, current
-        for part in section.split("."):
-            old, new = old.get(part, {}), new.get(part, {})
-        flat_old, flat_new = _flatten(old, section), _flatten(new, section)
+        flat_old = _flatten(_section(saved, section), section)
+        flat_new = _flatten(_section(current, section), section)
         for key in sorted(flat_old.keys() | flat_new.keys()):
             if key.rsplit(".", 1)[-1] not in RESUME_MAY_DIFFER and flat_old.get(key) != flat_new.get(key):
                 differences.append(f"{key}: {flat_old.get(key)!r} -> {flat_new.get(key)!r}")
