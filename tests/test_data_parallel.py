@@ -155,3 +155,11 @@ def test_sigterm_stops_every_rank_at_the_same_step_with_a_checkpoint(tmp_path, c
     stopped_at = max(train_losses(run))
     assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["step"] == stopped_at
     assert "received SIGTERM" in results[1][1] and "a stop signal on another rank" in results[0][1]
+
+
+def test_a_non_integer_launch_variable_is_named(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "http")
+    with pytest.raises(ValueError, match=r"^environment variable MASTER_PORT='http' is not an integer port$"):
+        launch_environment()

@@ -20,20 +20,20 @@ import torch.distributed as dist
 DEFAULT_PORT = 29500
 
 
-def _int_variable(name: str) -> int | None:
+def _int_variable(name: str, what: str) -> int | None:
     value = os.environ.get(name)
     if value is None:
         return None
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer rank") from None
+        raise ValueError(f"environment variable {name}={value!r} is not an integer {what}") from None
 
 
 def launch_rank() -> int:
     """Global rank: ``RANK`` (torchrun), else ``SLURM_PROCID`` (srun), else 0 (a single process)."""
     for variable in ("RANK", "SLURM_PROCID"):
-        value = _int_variable(variable)
+        value = _int_variable(variable, "rank")
         if value is not None:
             return value
     return 0
@@ -66,19 +66,19 @@ def launch_environment() -> LaunchEnvironment:
     if "WORLD_SIZE" in os.environ or "RANK" in os.environ:
         return LaunchEnvironment(
             rank=launch_rank(),
-            local_rank=_int_variable("LOCAL_RANK") or 0,
-            world_size=_int_variable("WORLD_SIZE") or 1,
+            local_rank=_int_variable("LOCAL_RANK", "rank") or 0,
+            world_size=_int_variable("WORLD_SIZE", "world size") or 1,
             master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=_int_variable("MASTER_PORT") or DEFAULT_PORT,
+            master_port=_int_variable("MASTER_PORT", "port") or DEFAULT_PORT,
         )
-    if "SLURM_PROCID" in os.environ and (_int_variable("SLURM_NTASKS") or 1) > 1:
-        job = _int_variable("SLURM_JOB_ID") or 0
+    if "SLURM_PROCID" in os.environ and (_int_variable("SLURM_NTASKS", "task count") or 1) > 1:
+        job = _int_variable("SLURM_JOB_ID", "job id") or 0
         return LaunchEnvironment(
             rank=launch_rank(),
-            local_rank=_int_variable("SLURM_LOCALID") or 0,
-            world_size=_int_variable("SLURM_NTASKS") or 1,
+            local_rank=_int_variable("SLURM_LOCALID", "rank") or 0,
+            world_size=_int_variable("SLURM_NTASKS", "task count") or 1,
             master_addr=os.environ.get("MASTER_ADDR") or first_slurm_host(os.environ.get("SLURM_JOB_NODELIST", "")),
-            master_port=_int_variable("MASTER_PORT") or DEFAULT_PORT + job % 1000,
+            master_port=_int_variable("MASTER_PORT", "port") or DEFAULT_PORT + job % 1000,
         )
     return LaunchEnvironment(rank=0, local_rank=0, world_size=1, master_addr="127.0.0.1", master_port=DEFAULT_PORT)
 
