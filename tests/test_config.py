@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 
-CONFIG_NAMES = ["quickstart", "hs_t21"]
+CONFIG_NAMES = ["quickstart", "hs_t21", "hs_t21_cpu"]
 
 
 def composed(name: str, overrides: list[str] | None = None) -> dict:

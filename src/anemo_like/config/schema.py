@@ -68,6 +68,11 @@ class SplitsConfig(Strict):
 
 class DataConfig(Strict):
     dataset: str = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
+    val_dataset: str | None = Field(
+        None,
+        description="validate on another anemoi-datasets zarr of the same grid (another trajectory or period); "
+        "data.splits.val picks its dates, data.dataset's statistics normalise it; null: data.dataset",
+    )
     builtin_seed: int = 0
     variables: VariablesConfig
     normalizer: NormalizerConfig = NormalizerConfig()
@@ -205,6 +210,9 @@ class TrainingConfig(Strict):
     multistep_input: int = Field(2, ge=1)
     rollout: RolloutConfig = RolloutConfig()
     val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
+    val_climatology_dates: int = Field(
+        365, ge=0, description="training dates (evenly spaced) averaged into the climatology baseline; 0: none"
+    )
     max_steps: int = Field(1000, ge=1)
     max_minutes: float | None = Field(None, gt=0, description="stop early when this wall-clock budget is spent")
     val_every_n_steps: int = Field(200, ge=1)

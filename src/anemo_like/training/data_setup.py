@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.builtin import ensure_builtin_dataset
+from anemo_like.data.climatology import mean_state
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
@@ -66,6 +68,7 @@ class DataSetup:
     train: WindowDataset
     val: WindowDataset
     stride: int  # dataset dates per model step
+    climatology: np.ndarray | None  # (G, V_out) normalised time mean of training dates; None: not computed
 
     @property
     def input_positions(self) -> list[int]:
@@ -113,9 +116,32 @@ def resolve_dataset_path(config: RunConfig) -> Path:
     return Path(config.data.dataset).expanduser()
 
 
+def open_val_store(config: RunConfig, train_store: AnemoiZarr) -> AnemoiZarr:
+    """``data.val_dataset`` opened and checked against the training dataset's grid and frequency (else the latter)."""
+    if config.data.val_dataset is None:
+        return train_store
+    store = open_anemoi_zarr(Path(config.data.val_dataset).expanduser())
+    same_grid = store.latitudes.shape == train_store.latitudes.shape and np.allclose(
+        (store.latitudes, store.longitudes), (train_store.latitudes, train_store.longitudes), atol=1e-6
+    )
+    if not same_grid:
+        raise ValueError(
+            f"data.val_dataset {store.path}: its grid ({store.latitudes.shape[0]} points) differs from data.dataset "
+            f"{train_store.path} ({train_store.latitudes.shape[0]} points), whose grid the model's graph is built on; "
+            "validate on a dataset of the same grid"
+        )
+    if store.frequency != train_store.frequency:
+        raise ValueError(
+            f"data.val_dataset {store.path}: frequency {format_frequency(store.frequency)} differs from data.dataset "
+            f"{train_store.path} ({format_frequency(train_store.frequency)})"
+        )
+    return store
+
+
 def setup_data(config: RunConfig) -> DataSetup:
-    """Open the dataset, check the config against it and build the train/val windows."""
+    """Open the dataset(s), check the config against them and build the train/val windows."""
     store = open_anemoi_zarr(resolve_dataset_path(config))
+    val_store = open_val_store(config, store)
     roles = VariableRoles.from_config(config.data.variables)
     timestep = parse_frequency(config.data.timestep, source="data.timestep")
     frequency = store.frequency
@@ -147,7 +173,7 @@ def setup_data(config: RunConfig) -> DataSetup:
     )
     multistep = config.training.multistep_input
 
-    def windows(split: str, num_states: int, counted_as: str) -> WindowDataset:
+    def windows(store: AnemoiZarr, split: str, num_states: int, counted_as: str) -> WindowDataset:
         window = getattr(config.data.splits, split)
         try:
             start, stop = store.date_range(window.start, window.end)
@@ -176,22 +202,35 @@ def setup_data(config: RunConfig) -> DataSetup:
 
     rollout, val_rollout = config.training.rollout.max, config.training.val_rollout
     train = windows(
+        store,
         "train",
         multistep + rollout,
         f"training.multistep_input {multistep} + training.rollout.max {rollout}",
     )
     val = windows(
+        val_store,
         "val",
         multistep + val_rollout,
         f"training.multistep_input {multistep} + training.val_rollout {val_rollout}",
     )
     LOG.info(
-        "data %s: %d grid points, train %d samples, val %d samples, inputs %s, outputs %s",
+        "data %s: %d grid points, train %d samples, val %d samples%s, inputs %s, outputs %s",
         store.path,
         store.latitudes.shape[0],
         len(train),
         len(val),
+        "" if val_store is store else f" of {val_store.path}",
         roles.input,
         roles.output,
     )
-    return DataSetup(store, roles, normalizer, layout, train, val, stride)
+    climatology = None
+    if config.training.val_climatology_dates:
+        started = time.perf_counter()
+        train_stop = train.date_start + len(train) + (train.num_states - 1) * stride
+        num_dates = min(config.training.val_climatology_dates, train_stop - train.date_start)
+        mean = mean_state(
+            store, date_start=train.date_start, date_stop=train_stop, variables=read_index, max_dates=num_dates
+        )
+        climatology = normalizer.normalize(mean, axis=-1)[:, [roles.read.index(n) for n in roles.output]]
+        LOG.info("climatology baseline: mean of %d training dates, %.1f s", num_dates, time.perf_counter() - started)
+    return DataSetup(store, roles, normalizer, layout, train, val, stride, climatology)

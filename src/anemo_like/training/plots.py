@@ -49,3 +49,37 @@ def plot_forecast_map(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_rmse_by_lead(
+    *,
+    variables: list[str],
+    lead_hours: list[float],
+    model: np.ndarray,
+    persistence: np.ndarray,
+    climatology: np.ndarray | None,
+    path: Path,
+) -> None:
+    """RMSE (physical units) against lead time (h), one panel per variable: model, persistence, climatology.
+
+    ``model`` and ``climatology`` are (L, V); ``persistence`` is (L, P) for the first P (prognostic) variables.
+    """
+    columns = min(4, len(variables))
+    rows = -(-len(variables) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.8 * rows), squeeze=False)
+    for v, (ax, name) in enumerate(zip(axes.flat, variables, strict=False)):
+        ax.plot(lead_hours, model[:, v], "o-", label="model")
+        if v < persistence.shape[1]:
+            ax.plot(lead_hours, persistence[:, v], "s--", label="persistence")
+        if climatology is not None:
+            ax.plot(lead_hours, climatology[:, v], ":", color="grey", label="climatology")
+        ax.set(title=name, xlabel="lead (h)", ylabel="RMSE")
+        if len(lead_hours) <= 8:  # one tick per lead while they fit
+            ax.set_xticks(lead_hours)
+        ax.set_ylim(bottom=0)
+    for ax in list(axes.flat)[len(variables) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -51,7 +51,7 @@ from anemo_like.training.checkpoint import (
 )
 from anemo_like.training.data_setup import DataSetup, setup_data
 from anemo_like.training.loss import WeightedMSE
-from anemo_like.training.plots import plot_forecast_map, plot_loss_curve
+from anemo_like.training.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
 from anemo_like.training.preemption import Preempted, PreemptionSignal
 from anemo_like.training.progress import Progress
 from anemo_like.training.rollout import rollout
@@ -275,6 +275,7 @@ class Trainer:
             output_scale=self.data.normalizer.scale[output_index],
             area_weight=self.area_weight,
             device=self.device,
+            climatology=self.data.climatology,
             limit_batches=cfg.dataloader.limit_val_batches,
         )
 
@@ -372,8 +373,9 @@ class Trainer:
         if not self.is_main:  # rank 0 validates and writes the run's outputs
             release_process_group()
             return None
-        if result is None:  # resumed at or past max_steps
+        if result is None:  # resumed at or past max_steps: score the checkpoint (e.g. on data.val_dataset)
             result = self.validate()
+            metrics.write({"step": self.step, **result.as_record()})
         outputs = self._finish(result, metrics, time.perf_counter() - started)
         release_process_group()
         return outputs
@@ -393,6 +395,14 @@ class Trainer:
         (self.run_dir / "validation.md").write_text(table + "\n")
         if self.config.diagnostics.plots:
             plot_loss_curve(metrics.records, self.run_dir / "loss_curve.png")
+            plot_rmse_by_lead(
+                variables=result.variables,
+                lead_hours=result.lead_hours,
+                model=result.model_rmse,
+                persistence=result.persistence_rmse,
+                climatology=result.climatology_rmse,
+                path=self.run_dir / "rmse_by_lead.png",
+            )
             self._plot_forecast()
         peak = peak_rss_mib()
         LOG.info(
@@ -401,13 +411,13 @@ class Trainer:
             self.step,
             seconds,
             "n/a" if peak is None else f"{peak:.0f}",
-            len(self.data.val),
+            result.num_samples,
             table,
             "model beats persistence on every prognostic variable at the first lead time"
             if result.beats_persistence()
             else "model does NOT beat persistence on every prognostic variable yet",
             self.run_dir,
-            ", loss_curve.png, forecast_map.png" if self.config.diagnostics.plots else "",
+            ", loss_curve.png, rmse_by_lead.png, forecast_map.png" if self.config.diagnostics.plots else "",
         )
         return RunOutputs(self.run_dir, self.checkpoint_path, inference_path, metrics.path, result)
 
