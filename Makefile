@@ -1,14 +1,15 @@
 # Two commands for a fresh machine:
 #   make train   set up .venv, then train the quickstart model on the built-in dataset
-#   make test    set up .venv with test extras, then run lint and the whole test suite
+#   make test    set up .venv with test extras, then run lint, the strict docs build and the whole test suite
 # CPU installs pin torch through constraints-cpu.txt so pip never pulls a multi-GB CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints-cpu.txt
 RUN_DIR ?= outputs/quickstart
+SITE_DIR ?= site
 
-.PHONY: train test lint format clean
+.PHONY: train test lint docs format clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,16 +26,21 @@ $(VENV)/.installed-test: $(VENV)/.installed
 train: $(VENV)/.installed
 	$(VENV)/bin/anemo-train --config-name=quickstart hydra.run.dir=$(RUN_DIR)
 
-test: $(VENV)/.installed-test lint
+test: $(VENV)/.installed-test lint docs
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs
+	$(VENV)/bin/ruff format --check src tests benchmarks docs
+
+# the documentation site (mkdocs.yml); --strict: a broken link or any other warning fails (no --quiet: it would
+# hide the warnings from --strict too)
+docs: $(VENV)/.installed-test
+	$(VENV)/bin/mkdocs build --strict --site-dir $(SITE_DIR)
 
 format: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check --fix src tests benchmarks
-	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks docs
+	$(VENV)/bin/ruff format src tests benchmarks docs
 
 clean:
-	rm -rf $(VENV) outputs build dist
+	rm -rf $(VENV) outputs build dist $(SITE_DIR)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
+from anemo_like.config import ConfigError, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 
 LOG = logging.getLogger("anemo_like")
 T = TypeVar("T")
+C = TypeVar("C")
 DEBUG_FLAG = "--debug"
 _debug = False  # set from the command line by run_hydra_command
 
@@ -37,20 +39,33 @@ def set_up_or_exit(set_up: Callable[[], T]) -> T:
         sys.exit(2)
 
 
-def run_hydra_command(program: str, run: Callable[[RunConfig], None], argv: list[str]) -> None:
-    """``program [--debug] --config-name=NAME key=value ...``: compose ``training/config``, validate, call ``run``."""
+def run_hydra_command(
+    program: str,
+    run: Callable[[C], None],
+    argv: list[str],
+    *,
+    config_path: Path | None = None,
+    default_config: str = "quickstart",
+    validate: Callable[[Mapping[str, Any]], C] = validate_config,
+    check_keys: Callable[[list[str]], None] = check_override_keys,
+) -> None:
+    """``program [--debug] --config-name=NAME key=value ...``: compose, validate, call ``run``.
+
+    The defaults are the training tree (``training/config``) and :class:`RunConfig`; another command passes its own
+    tree (``config_path``), default config name, ``validate`` (mapping -> validated config) and ``check_keys``.
+    """
     global _debug
     debug = _debug = DEBUG_FLAG in argv
     argv = [a for a in argv if a != DEBUG_FLAG]
     try:
-        check_override_keys(argv)
+        check_keys(argv)
     except ConfigError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         sys.exit(2)
 
     def composed(cfg: DictConfig) -> None:
         try:
-            config = validate_config(OmegaConf.to_container(cfg, resolve=True))
+            config = validate(OmegaConf.to_container(cfg, resolve=True))
         except ConfigError as exc:
             LOG.error("%s", exc)
             sys.exit(2)
@@ -66,4 +81,5 @@ def run_hydra_command(program: str, run: Callable[[RunConfig], None], argv: list
             sys.exit(1)
 
     sys.argv = [program, *argv]
-    hydra.main(config_path=str(config_dir()), config_name="quickstart", version_base="1.3")(composed)()
+    tree = config_dir() if config_path is None else config_path
+    hydra.main(config_path=str(tree), config_name=default_config, version_base="1.3")(composed)()

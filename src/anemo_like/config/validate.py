@@ -1,14 +1,17 @@
-"""Turn a composed Hydra config into a validated :class:`RunConfig`, with errors a person can act on."""
+"""Turn a composed Hydra config into a validated schema (:class:`RunConfig`, or another command's), with errors a
+person can act on."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from anemo_like.config.schema import RunConfig
+
+Schema = TypeVar("Schema", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -40,14 +43,18 @@ def _value_at(config: Mapping[str, Any], path: tuple[str | int, ...]) -> Any:
     return value
 
 
-def _describe(error: dict[str, Any], config: Mapping[str, Any]) -> str:
+def _unknown_key(path: tuple[str | int, ...], depth: int, allowed: list[str]) -> str:
+    """The message for key ``path`` whose part ``path[depth]`` is not among ``allowed``, with a suggestion."""
+    guess = difflib.get_close_matches(str(path[depth]), allowed, n=1)
+    hint = f" (did you mean '{'.'.join([*map(str, path[:depth]), guess[0]])}'?)" if guess else ""
+    return f"unknown config key '{'.'.join(map(str, path))}'{hint}; allowed here: {', '.join(allowed)}"
+
+
+def _describe(error: dict[str, Any], config: Mapping[str, Any], schema: type[BaseModel]) -> str:
     loc = tuple(error["loc"])
     key = ".".join(str(p) for p in loc) or "<root>"
     if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(RunConfig, loc[:-1])
-        guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f" (did you mean '{'.'.join([*map(str, loc[:-1]), guess[0]])}'?)" if guess else ""
-        return f"unknown config key '{key}'{hint}; allowed here: {', '.join(allowed)}"
+        return _unknown_key(loc, len(loc) - 1, _allowed_keys(schema, loc[:-1]))
     value = _value_at(config, loc)
     message = error["msg"].removeprefix("Value error, ")
     if not loc:  # a rule across sections: its message names the keys
@@ -70,20 +77,25 @@ def _missing(key: str) -> str:
     return f"missing config key '{key}': set it in the config or on the command line ({key}=...)"
 
 
-def validate_config(config: Mapping[str, Any]) -> RunConfig:
-    """Validate a resolved config mapping; raise :class:`ConfigError` listing every problem."""
+def validate_schema(schema: type[Schema], config: Mapping[str, Any]) -> Schema:
+    """Validate a resolved config mapping against ``schema``; raise :class:`ConfigError` listing every problem."""
     unset = _unset_keys(config)
     if unset:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(map(_missing, unset)))
     try:
-        return RunConfig.model_validate(config)
+        return schema.model_validate(config)
     except ValidationError as exc:
-        lines = [_describe(err, config) for err in exc.errors()]
+        lines = [_describe(err, config, schema) for err in exc.errors()]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 
-def check_override_keys(arguments: list[str]) -> None:
-    """Reject command-line overrides ``key=value`` whose key the schema does not know, with a suggestion.
+def validate_config(config: Mapping[str, Any]) -> RunConfig:
+    """The training config: :func:`validate_schema` with :class:`RunConfig`."""
+    return validate_schema(RunConfig, config)
+
+
+def check_schema_keys(schema: type[BaseModel], arguments: list[str]) -> None:
+    """Reject command-line overrides ``key=value`` whose key ``schema`` does not know, with a suggestion.
 
     Hydra's own flags, ``hydra.*`` keys, config-group choices (``model=transformer``) and explicit additions or
     deletions (``+key=...``, ``~key``) are left to Hydra.
@@ -93,16 +105,19 @@ def check_override_keys(arguments: list[str]) -> None:
         if argument.startswith(("-", "+", "~")) or "=" not in argument:
             continue
         path = tuple(argument.split("=", 1)[0].split("."))
-        if path[0] == "hydra" or (len(path) == 1 and path[0] in RunConfig.model_fields):
+        if path[0] == "hydra" or (len(path) == 1 and path[0] in schema.model_fields):
             continue
         for depth in range(len(path)):
-            allowed = _allowed_keys(RunConfig, path[:depth])
+            allowed = _allowed_keys(schema, path[:depth])
             if not allowed:  # free-form mapping (e.g. per-variable weights): anything goes below here
                 break
             if path[depth] not in allowed:
-                guess = difflib.get_close_matches(path[depth], allowed, n=1)
-                hint = f" (did you mean '{'.'.join([*path[:depth], guess[0]])}'?)" if guess else ""
-                problems.append(f"unknown config key '{'.'.join(path)}'{hint}; allowed here: {', '.join(allowed)}")
+                problems.append(_unknown_key(path, depth, allowed))
                 break
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def check_override_keys(arguments: list[str]) -> None:
+    """The training command's overrides: :func:`check_schema_keys` with :class:`RunConfig`."""
+    check_schema_keys(RunConfig, arguments)

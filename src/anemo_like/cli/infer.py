@@ -1,0 +1,39 @@
+"""``anemo-infer --config-name=NAME key=value ...``: forecasts from a trained inference checkpoint, then verification.
+
+Same conventions as ``anemo-train``: the config (``inference/config``) is validated before torch is imported; config
+and setup errors exit 2 with one message, other failures exit 1 with one paragraph; ``--debug`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.inference.config import (
+    InferenceConfig,
+    check_inference_override_keys,
+    inference_config_dir,
+    validate_inference_config,
+)
+
+
+def _infer(config: InferenceConfig) -> None:
+    from anemo_like.inference.run import prepare, run  # torch and friends: only once the config is known good
+
+    run(set_up_or_exit(lambda: prepare(config)))
+
+
+def main() -> None:
+    run_hydra_command(
+        "anemo-infer",
+        _infer,
+        sys.argv[1:],
+        config_path=inference_config_dir(),
+        default_config="default",
+        validate=validate_inference_config,
+        check_keys=check_inference_override_keys,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Validated ``anemo-infer`` configuration: the pydantic mirror of the Hydra YAML tree in ``inference/config``.
+
+Like the training schema it forbids unknown keys and imports no torch, so a bad key fails in well under a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from anemo_like.config.schema import _TIMESTEP, Strict
+from anemo_like.config.validate import check_schema_keys, validate_schema
+
+OUTPUT_SUFFIXES = (".nc", ".zarr")
+_DURATION_HINT = "expected a whole number and a unit m, h or d, e.g. '6h', '5d'"
+
+
+def inference_config_dir() -> Path:
+    """The config tree: ``anemo_like/_inference_config`` in an installed wheel, ``inference/config`` in a checkout."""
+    packaged = Path(__file__).resolve().parents[1] / "_inference_config"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "inference" / "config"
+
+
+def _duration(value: str | None) -> str | None:
+    if value is not None and not _TIMESTEP.match(value):
+        raise ValueError(_DURATION_HINT)
+    return value
+
+
+def _iso_date(value: str) -> str:
+    try:
+        np.datetime64(value, "s")
+    except ValueError:
+        raise ValueError(f"cannot parse date {value!r}; expected ISO 8601 like 2000-11-01T06") from None
+    return value
+
+
+class DateRange(Strict):
+    """Initial dates from ``start`` to ``end`` (inclusive), ``every`` apart."""
+
+    start: str | None = Field(None, description="first initial date, ISO 8601 (e.g. 2000-11-01T00)")
+    end: str | None = Field(None, description="last initial date, inclusive; null: start (one forecast)")
+    every: str = Field("1d", description="spacing of the initial dates, a multiple of the dataset frequency")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _date_parses(cls, value: str | None) -> str | None:
+        return value if value is None else _iso_date(value)
+
+    @field_validator("every")
+    @classmethod
+    def _every_format(cls, value: str) -> str:
+        return _duration(value)
+
+
+class VerificationConfig(Strict):
+    """What ``verify=true`` writes beside the forecast."""
+
+    output: str | None = Field(
+        None, description="folder of verification.md, rmse_by_lead.png and forecast_map.png; null: the output's folder"
+    )
+    plot_variable: str | None = Field(None, description="variable of the forecast map; null: the first prognostic")
+    plot_lead: str | None = Field(None, description="lead time of the forecast map; null: the longest one scored")
+    climatology_dates: int = Field(
+        365, ge=0, description="training-split dates (evenly spaced) averaged into the climatology baseline; 0: none"
+    )
+
+    @field_validator("plot_lead")
+    @classmethod
+    def _lead_format(cls, value: str | None) -> str | None:
+        return _duration(value)
+
+
+class InferenceConfig(Strict):
+    """The whole composed configuration of one ``anemo-infer`` run."""
+
+    checkpoint: str = Field(description="inference.pt written by anemo-train")
+    dataset: str | None = Field(
+        None, description="anemoi-datasets zarr of the initial states (and truth); null: the checkpoint's data.dataset"
+    )
+    dates: list[str] | None = Field(None, description="initial dates, ISO 8601; null: use date_range")
+    date_range: DateRange = DateRange()
+    lead_time: str = Field("5d", description="forecast length, a multiple of the model step")
+    output: str = Field(description="forecast file: .nc (netCDF) or .zarr, replaced if it exists")
+    batch_size: int = Field(1, ge=1, description="initial dates run together in one forward pass")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when torch sees a GPU")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="bf16 / fp16: model weights and activations in that precision; the file is float32"
+    )
+    num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; null keeps torch's default")
+    verify: bool = Field(False, description="score the written forecast against the dataset (docs/inference.md)")
+    verification: VerificationConfig = VerificationConfig()
+
+    @field_validator("lead_time")
+    @classmethod
+    def _lead_format(cls, value: str) -> str:
+        return _duration(value)
+
+    @field_validator("dates")
+    @classmethod
+    def _dates_parse(cls, dates: list[str] | None) -> list[str] | None:
+        if dates is not None:
+            if not dates:
+                raise ValueError("give at least one date, or null to use date_range")
+            for date in dates:
+                _iso_date(date)
+        return dates
+
+    @field_validator("output")
+    @classmethod
+    def _output_format(cls, output: str) -> str:
+        if Path(output).suffix not in OUTPUT_SUFFIXES:
+            raise ValueError(f"the suffix picks the format: end the path in {' or '.join(OUTPUT_SUFFIXES)}")
+        return output
+
+    @model_validator(mode="after")
+    def _one_way_to_give_dates(self) -> InferenceConfig:
+        if self.dates is not None and self.date_range.start is not None:
+            raise ValueError("set either dates (a list) or date_range.start, not both")
+        if self.dates is None and self.date_range.start is None:
+            raise ValueError("no initial dates: set dates=[...] or date_range.start=...")
+        return self
+
+
+def validate_inference_config(config: Mapping[str, Any]) -> InferenceConfig:
+    """Validate a resolved config mapping; raise :class:`ConfigError` listing every problem."""
+    return validate_schema(InferenceConfig, config)
+
+
+def check_inference_override_keys(arguments: list[str]) -> None:
+    """Reject command-line overrides ``key=value`` whose key the schema does not know, with a suggestion."""
+    check_schema_keys(InferenceConfig, arguments)

@@ -1,0 +1,100 @@
+"""Autoregressive forecasts from the initial dates: the training rollout, timed and memory-logged step by step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from anemo_like.data.zarr_store import format_frequency
+from anemo_like.inference.inputs import ForecastInputs
+from anemo_like.profiling.memory import peak_rss_mib
+from anemo_like.training.rollout import rollout
+
+LOG = logging.getLogger(__name__)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def peak_memory_mib(device: torch.device) -> float | None:
+    """Peak memory so far, MiB: CUDA's max allocated on a GPU, else the process's VmHWM (None where unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return peak_rss_mib()
+
+
+def format_mib(mib: float | None) -> str:
+    return "n/a" if mib is None else f"{mib:.0f} MiB"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecastStats:
+    """Totals of one run of :func:`run_forecasts`."""
+
+    seconds: float  # wall time, reading inputs included
+    step_seconds: float  # model steps only
+    forecasts: int
+    steps: int  # per forecast
+    peak_mib: float | None
+
+
+@torch.inference_mode()
+def run_forecasts(
+    model: nn.Module, inputs: ForecastInputs, *, device: torch.device, dtype: torch.dtype, batch_size: int
+) -> tuple[np.ndarray, ForecastStats]:
+    """Forecasts (N, L, G, V_out) float32 in physical units from the N initial dates, L = ``inputs.steps``.
+
+    Each step feeds the predicted prognostic variables back, with the forcings of the new valid time; diagnostic
+    outputs are never fed back. ``model`` (on ``device``, in ``dtype``) gets its inputs in ``dtype``.
+    """
+    roles = inputs.roles
+    num_inputs = len(roles.input)
+    init_indices = inputs.init_indices
+    out = inputs.output_normalizer
+    forecasts = np.empty((len(init_indices), inputs.steps, inputs.store.shape[-1], len(roles.output)), np.float32)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    started = time.perf_counter()
+    step_seconds = 0.0
+    for first in range(0, len(init_indices), batch_size):
+        chunk = init_indices[first : first + batch_size]
+        batch = torch.from_numpy(np.stack([inputs.window(int(i)) for i in chunk])).to(device, dtype)
+        label = str(inputs.store.dates[chunk[0]]) + (f" (+{len(chunk) - 1} more)" if len(chunk) > 1 else "")
+        predictions = rollout(
+            model,
+            batch,
+            multistep=inputs.multistep,
+            steps=inputs.steps,
+            input_positions=list(range(num_inputs)),
+            output_positions=list(range(len(roles.prognostic))),  # the targets: unknown (NaN) here, ignored
+            num_prognostic=len(roles.prognostic),
+        )
+        for step in range(inputs.steps):
+            clock = time.perf_counter()
+            prediction, _ = next(predictions)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - clock
+            step_seconds += seconds
+            values = prediction.float().cpu().numpy()  # (B, G, V_out) normalised
+            forecasts[first : first + len(chunk), step] = out.denormalize(values, axis=-1)
+            LOG.info(
+                "forecast %s step %d/%d (+%s): %.3f s, peak memory %s",
+                label,
+                step + 1,
+                inputs.steps,
+                format_frequency(inputs.step * (step + 1)),
+                seconds,
+                format_mib(peak_memory_mib(device)),
+            )
+    stats = ForecastStats(
+        seconds=time.perf_counter() - started,
+        step_seconds=step_seconds,
+        forecasts=len(init_indices),
+        steps=inputs.steps,
+        peak_mib=peak_memory_mib(device),
+    )
+    return forecasts, stats

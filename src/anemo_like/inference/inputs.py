@@ -1,0 +1,229 @@
+"""The forecast's inputs: the dataset checked against the checkpoint, the initial dates, the model input windows."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anemo_like.config.schema import RunConfig
+from anemo_like.data.forcings import computed_forcings
+from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.variables import VariableRoles
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.inference.checkpoint import InferenceBundle
+from anemo_like.inference.config import InferenceConfig
+from anemo_like.training.data_setup import resolve_dataset_path
+
+COORDINATE_TOLERANCE_DEG = 1e-3  # the graph stores float32 radians: ~1e-5 degrees of round-off
+
+
+def variable_metadata(store: AnemoiZarr, name: str) -> dict[str, Any]:
+    """The dataset's ``variables_metadata`` entry of ``name`` (units, constant_in_time, ...), {} when absent."""
+    return dict(store.attrs.get("variables_metadata", {}).get(name, {}))
+
+
+def constant_in_time(store: AnemoiZarr, name: str) -> bool:
+    """Whether the dataset marks ``name`` as a field that never changes (``constant_fields`` or its metadata)."""
+    return name in store.attrs.get("constant_fields", []) or bool(
+        variable_metadata(store, name).get("constant_in_time")
+    )
+
+
+def subset(normalizer: Normalizer, names: list[str]) -> Normalizer:
+    """The normaliser of ``names``, a subset of ``normalizer.names``, in that order."""
+    index = [normalizer.names.index(name) for name in names]
+    return Normalizer(list(names), normalizer.offset[index], normalizer.scale[index])
+
+
+def dataset_path(config: InferenceConfig, run: RunConfig) -> Path:
+    """``dataset``, or the checkpoint's ``data.dataset`` (the built-in one regenerated in its cache if needed)."""
+    if config.dataset is not None:
+        return Path(config.dataset).expanduser()
+    return resolve_dataset_path(run) if run.data.dataset == "builtin" else Path(run.data.dataset).expanduser()
+
+
+def check_fit(store: AnemoiZarr, *, bundle: InferenceBundle, checkpoint: Path, needed: list[str]) -> None:
+    """Raise one ValueError naming both files and every difference: variables, grid, frequency."""
+    problems = []
+    missing = [name for name in needed if name not in store.variables]
+    if missing:
+        problems.append(f"it lacks the variable(s) {', '.join(missing)}")
+    grid = np.rad2deg(bundle.graph["data"].x.double().cpu().numpy())  # (G, 2) latitude, longitude
+    if store.latitudes.shape[0] != grid.shape[0]:
+        problems.append(f"its grid has {store.latitudes.shape[0]} points, the model's {grid.shape[0]}")
+    else:
+        dlat = np.abs(store.latitudes - grid[:, 0])
+        dlon = np.abs((store.longitudes - grid[:, 1] + 180.0) % 360.0 - 180.0)
+        worst = np.maximum(dlat, dlon)
+        if worst.max() > COORDINATE_TOLERANCE_DEG:
+            point = int(worst.argmax())
+            problems.append(
+                f"its grid coordinates differ from the model's by up to {worst[point]:.3g} degrees (point {point}: "
+                f"{store.latitudes[point]:g}, {store.longitudes[point]:g} against {grid[point, 0]:g}, "
+                f"{grid[point, 1]:g})"
+            )
+    step = parse_frequency(bundle.config.data.timestep)
+    if step % store.frequency:
+        problems.append(
+            f"its frequency {format_frequency(store.frequency)} does not divide the model step {format_frequency(step)}"
+        )
+    if problems:
+        raise ValueError(f"dataset {store.path} does not fit checkpoint {checkpoint}: {'; '.join(problems)}")
+
+
+def _requested_dates(config: InferenceConfig, store: AnemoiZarr) -> np.ndarray:
+    """The configured initial dates (N,) datetime64[s]."""
+    if config.dates is not None:
+        return np.array([np.datetime64(date, "s") for date in config.dates])
+    window = config.date_range
+    every = parse_frequency(window.every)
+    if every % store.frequency:
+        raise ValueError(
+            f"date_range.every '{window.every}' must be a multiple of the frequency of dataset {store.path} "
+            f"({format_frequency(store.frequency)})"
+        )
+    start = np.datetime64(window.start, "s")
+    end = np.datetime64(window.end or window.start, "s")
+    if end < start:
+        raise ValueError(f"date_range: end {end} is before start {start}")
+    return np.arange(start, end + np.timedelta64(1, "s"), np.timedelta64(int(every.total_seconds()), "s"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecastInputs:
+    """Where the forecasts start and how model inputs are assembled from the dataset."""
+
+    store: AnemoiZarr
+    roles: VariableRoles
+    normalizer: Normalizer  # the checkpoint's, for roles.read
+    nan_policy: str  # the checkpoint's data.nan_policy: "mask" feeds missing inputs as 0
+    multistep: int  # input states per forward pass
+    stride: int  # dataset dates per model step
+    steps: int  # model steps to the lead time
+    step: datetime.timedelta  # the model step
+    init_indices: np.ndarray  # (N,) int64 dataset indices of the initial dates (the last input state)
+
+    @property
+    def init_dates(self) -> np.ndarray:
+        """(N,) datetime64[s]."""
+        return self.store.dates[self.init_indices]
+
+    @property
+    def output_normalizer(self) -> Normalizer:
+        return subset(self.normalizer, self.roles.output)
+
+    def window(self, init_index: int) -> np.ndarray:
+        """Model inputs at the ``multistep`` input times and the ``steps`` lead times, normalised, float32
+        (multistep + steps, G, V_in) in the order [prognostic, forcing, computed forcing].
+
+        Prognostic values after the initial date are NaN (the forecast supplies them); dataset forcings after the
+        dataset's last date hold the last value read (only constant ones are used, see :func:`open_inputs`).
+        """
+        store, m, stride = self.store, self.multistep, self.stride
+        names = self.roles.prognostic + self.roles.forcing
+        offsets = np.arange(1 - m, self.steps + 1)
+        first = init_index + offsets[0] * stride
+        last_read = min(init_index + self.steps * stride, len(store.dates) - 1)
+        raw = store.read(slice(first, last_read + 1, stride), store.variable_indices(names))  # (T', V, G)
+        raw = raw[np.minimum(np.arange(len(offsets)), len(raw) - 1)]
+        values = subset(self.normalizer, names).normalize(raw, axis=1)
+        valid_times = store.dates[init_index] + offsets * np.timedelta64(int(self.step.total_seconds()), "s")
+        self._check_finite(values[:m], valid_times[:m], names, store.dates[init_index])
+        values[m:, : len(self.roles.prognostic)] = np.nan
+        forcing = computed_forcings(self.roles.computed, valid_times, store.longitudes)
+        return np.ascontiguousarray(np.concatenate([values, forcing], axis=1).transpose(0, 2, 1))
+
+    def _check_finite(self, values: np.ndarray, dates: np.ndarray, names: list[str], init: np.datetime64) -> None:
+        """Non-finite input states (T, V, G): zeroed in place under ``nan_policy: mask``, else an error naming them."""
+        bad = ~np.isfinite(values)
+        if not bad.any():
+            return
+        if self.nan_policy == "mask":
+            values[bad] = 0.0
+            return
+        places = [
+            f"{date} in {', '.join(n for n, b in zip(names, bad_at_date.any(-1), strict=True) if b)}"
+            for date, bad_at_date in zip(dates, bad, strict=True)
+            if bad_at_date.any()
+        ]
+        raise ValueError(
+            f"{self.store.path}: NaN or inf in the input states of initial date {init} ({'; '.join(places)}); "
+            "choose another initial date or fix the dataset"
+        )
+
+
+def _initial_indices(
+    config: InferenceConfig, store: AnemoiZarr, *, history: int, multistep: int, step: str
+) -> np.ndarray:
+    """Dataset indices (N,) of the initial dates; each must be a dataset date with ``history`` dates before it."""
+    first, last = store.dates[0], store.dates[-1]
+    dates = _requested_dates(config, store)
+    outside = dates[(dates < first) | (dates > last)]
+    if outside.size:
+        raise ValueError(f"initial date {outside[0]} is outside dataset {store.path}, which covers {first} .. {last}")
+    indices = np.searchsorted(store.dates, dates)
+    off_grid = dates[store.dates[indices] != dates]
+    if off_grid.size:
+        raise ValueError(
+            f"initial date {off_grid[0]} is not a date of dataset {store.path} (every "
+            f"{format_frequency(store.frequency)} from {first})"
+        )
+    short = indices < history
+    if short.any():
+        date = dates[short][0]
+        raise ValueError(
+            f"initial date {date} lacks input history: the model starts from {multistep} states {step} apart, but "
+            f"dataset {store.path} starts at {first}; use initial dates from {store.dates[history]} on"
+        )
+    return indices.astype(np.int64)
+
+
+def _check_forcings_reach(inputs: ForecastInputs, *, lead_time: str) -> None:
+    """Forcings that change in time must be in the dataset up to the last input state of the last step."""
+    store = inputs.store
+    varying = [name for name in inputs.roles.forcing if not constant_in_time(store, name)]
+    needed_until = inputs.init_indices + (inputs.steps - 1) * inputs.stride
+    beyond = needed_until > len(store.dates) - 1
+    if varying and beyond.any():
+        n = int(np.flatnonzero(beyond)[0])
+        until = inputs.init_dates[n] + (inputs.steps - 1) * np.timedelta64(int(inputs.step.total_seconds()), "s")
+        raise ValueError(
+            f"initial date {inputs.init_dates[n]} with lead_time {lead_time} needs the forcing(s) "
+            f"{', '.join(varying)} until {until}, after the last date {store.dates[-1]} of dataset {store.path} "
+            "(only forcings constant in time are held beyond it); choose an earlier initial date or a shorter lead_time"
+        )
+
+
+def open_inputs(config: InferenceConfig, *, bundle: InferenceBundle, checkpoint: Path) -> ForecastInputs:
+    """Open the dataset, check it fits the checkpoint and resolve the initial dates; ValueError names what differs."""
+    run, roles = bundle.config, bundle.roles
+    store = open_anemoi_zarr(dataset_path(config, run))
+    needed = roles.prognostic + roles.forcing + (roles.diagnostic if config.verify else [])
+    check_fit(store, bundle=bundle, checkpoint=checkpoint, needed=needed)
+    step = parse_frequency(run.data.timestep)
+    lead = parse_frequency(config.lead_time, source="lead_time")
+    if lead % step:
+        raise ValueError(
+            f"lead_time '{config.lead_time}' is not a multiple of the model step {run.data.timestep} of checkpoint "
+            f"{checkpoint}"
+        )
+    stride, multistep = int(step // store.frequency), run.training.multistep_input
+    inputs = ForecastInputs(
+        store=store,
+        roles=roles,
+        normalizer=bundle.normalizer,
+        nan_policy=run.data.nan_policy,
+        multistep=multistep,
+        stride=stride,
+        steps=int(lead // step),
+        step=step,
+        init_indices=_initial_indices(
+            config, store, history=(multistep - 1) * stride, multistep=multistep, step=run.data.timestep
+        ),
+    )
+    _check_forcings_reach(inputs, lead_time=config.lead_time)
+    return inputs

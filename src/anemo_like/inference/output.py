@@ -1,0 +1,109 @@
+"""The forecast file: a CF-style xarray Dataset written to netCDF (.nc) or zarr (.zarr), replaced atomically."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import anemo_like
+from anemo_like.data.zarr_store import format_frequency
+from anemo_like.inference.inputs import ForecastInputs, variable_metadata
+
+
+def netcdf_engine() -> str:
+    """netcdf4 (netCDF-4) when the netCDF4 package is installed, else scipy (netCDF-3, always there)."""
+    return "netcdf4" if importlib.util.find_spec("netCDF4") is not None else "scipy"
+
+
+def _is_zarr(path: Path) -> bool:
+    return (path / ".zgroup").is_file() or (path / "zarr.json").is_file()
+
+
+def check_writable(path: Path, *, key: str) -> None:
+    """Raise ValueError (naming config ``key``) unless a file can be created beside ``path``; creates its folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.parent / f".{path.name}.write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"{key} {path} cannot be written ({error.strerror}); choose a path in a folder you can write ({key}=...)"
+        ) from None
+
+
+def check_output(path: Path) -> None:
+    """Raise ValueError unless the forecast file (.nc) or store (.zarr) can be written, replacing an earlier one."""
+    check_writable(path, key="output")
+    kind = "netCDF file" if path.suffix == ".nc" else "zarr store"
+    replaceable = path.is_file() if path.suffix == ".nc" else _is_zarr(path)
+    if path.exists() and not replaceable:
+        raise ValueError(f"output {path} exists and is not a {kind} to replace; remove it or choose another path")
+
+
+def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path, precision: str) -> xr.Dataset:
+    """CF-style Dataset of ``forecasts`` (N, L, G, V_out), physical units.
+
+    Dimensions ``time`` (initial date), ``step`` (lead time, timedelta) and ``values`` (grid point); coordinates
+    ``latitude`` / ``longitude`` (degrees) and ``valid_time`` (time + step); one variable per output variable.
+    """
+    store, roles = inputs.store, inputs.roles
+    times = inputs.init_dates.astype("datetime64[ns]")
+    steps = (np.arange(1, inputs.steps + 1) * np.timedelta64(int(inputs.step.total_seconds()), "s")).astype(
+        "timedelta64[ns]"
+    )
+    coords = {
+        "time": ("time", times, {"standard_name": "forecast_reference_time", "long_name": "initial date"}),
+        "step": ("step", steps, {"standard_name": "forecast_period", "long_name": "lead time"}),
+        "valid_time": (("time", "step"), times[:, None] + steps[None, :], {"standard_name": "time"}),
+        "latitude": ("values", store.latitudes, {"standard_name": "latitude", "units": "degrees_north"}),
+        "longitude": ("values", store.longitudes, {"standard_name": "longitude", "units": "degrees_east"}),
+    }
+    variables = {}
+    for v, name in enumerate(roles.output):
+        attrs = {"long_name": name, "role": "prognostic" if name in roles.prognostic else "diagnostic"}
+        units = variable_metadata(store, name).get("units")
+        if units is not None:
+            attrs["units"] = str(units)
+        variables[name] = (("time", "step", "values"), forecasts[..., v], attrs)
+    attrs = {
+        "Conventions": "CF-1.8",
+        "title": "anemo_like forecast",
+        "source": f"anemo_like {anemo_like.__version__} (anemo-infer)",
+        "package_version": anemo_like.__version__,
+        "checkpoint": str(checkpoint),
+        "dataset": str(store.path),
+        "model_step": format_frequency(inputs.step),
+        "precision": precision,
+        "history": f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} anemo-infer",
+    }
+    return xr.Dataset(variables, coords=coords, attrs=attrs)
+
+
+def write_forecast(dataset: xr.Dataset, path: Path) -> None:
+    """Write via a temporary sibling then rename: ``path`` holds the old forecast or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        if path.suffix == ".nc":
+            dataset.to_netcdf(tmp, engine=netcdf_engine())
+        else:
+            dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
+        if path.is_dir():
+            shutil.rmtree(path)  # an earlier zarr forecast: os.replace cannot overwrite a folder
+        os.replace(tmp, path)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp)
+        tmp.unlink(missing_ok=True)
+
+
+def open_forecast(path: Path) -> xr.Dataset:
+    """Open a forecast written by :func:`write_forecast` (lazily)."""
+    return xr.open_dataset(path, engine="zarr" if path.suffix == ".zarr" else None)

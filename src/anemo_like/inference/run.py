@@ -1,0 +1,164 @@
+"""One ``anemo-infer`` run: check everything that can be checked first, then forecast, write, verify."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from anemo_like.data.zarr_store import format_frequency, parse_frequency
+from anemo_like.inference.checkpoint import InferenceBundle, load_inference_checkpoint
+from anemo_like.inference.config import InferenceConfig
+from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
+from anemo_like.inference.inputs import ForecastInputs, open_inputs
+from anemo_like.inference.output import check_output, check_writable, forecast_dataset, write_forecast
+from anemo_like.inference.scores import Verification
+from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
+from anemo_like.models.heap_release import set_heap_release
+from anemo_like.models.inference_chunks import inference_num_chunks
+
+LOG = logging.getLogger(__name__)
+
+
+def select_device(name: str) -> torch.device:
+    """``auto``: CUDA when torch sees a GPU, else the CPU."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device is 'cuda' but torch sees no CUDA device; use device=cpu or device=auto")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRun:
+    """A run that passed every check: the model is loaded and the inputs are known to exist."""
+
+    config: InferenceConfig
+    checkpoint: Path
+    bundle: InferenceBundle
+    inputs: ForecastInputs
+    device: torch.device
+    output: Path
+    verification_output: Path
+    plot_variable: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceOutputs:
+    """What a run wrote."""
+
+    forecast: Path
+    verification: Verification | None  # None: verify=false, or no valid time in the dataset
+    verification_output: Path | None
+
+
+def _check_verification(config: InferenceConfig, inputs: ForecastInputs) -> str:
+    """The plot variable, after checking the verification keys against the model; ValueError names the key."""
+    outputs = inputs.roles.output
+    name = config.verification.plot_variable or inputs.roles.prognostic[0]
+    if name not in outputs:
+        raise ValueError(f"verification.plot_variable '{name}' is not an output of the model; choose from {outputs}")
+    lead = config.verification.plot_lead
+    if lead is not None:
+        delta = parse_frequency(lead, source="verification.plot_lead")
+        if delta % inputs.step or delta > inputs.step * inputs.steps:
+            raise ValueError(
+                f"verification.plot_lead '{lead}' must be a multiple of the model step {format_frequency(inputs.step)} "
+                f"up to lead_time {config.lead_time}"
+            )
+    return name
+
+
+def prepare(config: InferenceConfig) -> PreparedRun:
+    """Load the checkpoint and check it against the dataset, dates and output paths before any forecast runs.
+
+    Every problem raises ValueError or FileNotFoundError with one message naming the file or key (exit 2).
+    """
+    for component in ("MAPPER", "PROCESSOR"):  # a bad ANEMOI_INFERENCE_NUM_CHUNKS* fails here, not mid-forecast
+        inference_num_chunks(component)
+    output = Path(config.output).expanduser().absolute()
+    check_output(output)
+    verification_output = Path(config.verification.output or output.parent).expanduser().absolute()
+    if config.verify:
+        check_writable(verification_output / TABLE, key="verification.output")
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    device = select_device(config.device)
+    checkpoint = Path(config.checkpoint).expanduser().absolute()
+    bundle = load_inference_checkpoint(checkpoint, device=device)
+    bundle.model.to(DTYPES[config.precision])
+    if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
+        set_heap_release(bundle.config.system.hardware.release_cpu_heap_mib)
+    inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint)
+    plot_variable = _check_verification(config, inputs)
+    LOG.info(
+        "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, dataset %s",
+        checkpoint,
+        len(inputs.init_indices),
+        inputs.init_dates[0],
+        config.lead_time,
+        inputs.steps,
+        format_frequency(inputs.step),
+        device,
+        config.precision,
+        inputs.store.path,
+    )
+    return PreparedRun(
+        config=config,
+        checkpoint=checkpoint,
+        bundle=bundle,
+        inputs=inputs,
+        device=device,
+        output=output,
+        verification_output=verification_output,
+        plot_variable=plot_variable,
+    )
+
+
+def run(prepared: PreparedRun) -> InferenceOutputs:
+    """Forecast, write the forecast file, log the summary line, then verify if asked."""
+    config, inputs = prepared.config, prepared.inputs
+    forecasts, stats = run_forecasts(
+        prepared.bundle.model,
+        inputs,
+        device=prepared.device,
+        dtype=DTYPES[config.precision],
+        batch_size=config.batch_size,
+    )
+    dataset = forecast_dataset(forecasts, inputs, checkpoint=prepared.checkpoint, precision=config.precision)
+    write_forecast(dataset, prepared.output)
+    LOG.info(
+        "anemo-infer: %d forecast(s) x %d steps in %.1f s (%.3f s per forecast step), peak memory %s; wrote %s",
+        stats.forecasts,
+        stats.steps,
+        stats.seconds,
+        stats.step_seconds / (stats.forecasts * stats.steps),
+        format_mib(stats.peak_mib),
+        prepared.output,
+    )
+    if not config.verify:
+        return InferenceOutputs(forecast=prepared.output, verification=None, verification_output=None)
+    run_config, roles = prepared.bundle.config, inputs.roles
+    result = verify_forecast(
+        VerificationRequest(
+            forecast=prepared.output,
+            store=inputs.store,
+            variables=roles.output,
+            num_prognostic=len(roles.prognostic),
+            area_weight=prepared.bundle.graph["data"].area_weight.numpy(),
+            climatology=training_climatology(run_config, roles.output, max_dates=config.verification.climatology_dates),
+            output=prepared.verification_output,
+            plot_variable=prepared.plot_variable,
+            plot_lead=config.verification.plot_lead,
+        )
+    )
+    if result is not None:
+        LOG.info("verification (%s):\n%s", prepared.verification_output, result.table())
+    return InferenceOutputs(
+        forecast=prepared.output, verification=result, verification_output=prepared.verification_output
+    )
+
+
+def run_inference(config: InferenceConfig) -> InferenceOutputs:
+    """``anemo-infer`` in-process: :func:`prepare`, then :func:`run`."""
+    return run(prepare(config))

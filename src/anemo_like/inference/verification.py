@@ -1,0 +1,160 @@
+"""Verify a written forecast against its dataset: scores beside persistence and climatology, a table and plots."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from anemo_like.config.schema import RunConfig
+from anemo_like.data.climatology import mean_state
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.inference.output import open_forecast
+from anemo_like.inference.scores import ErrorSums, Verification
+from anemo_like.training.data_setup import resolve_dataset_path
+from anemo_like.training.plots import plot_forecast_map, plot_rmse_by_lead
+
+LOG = logging.getLogger(__name__)
+TABLE, RMSE_PLOT, MAP_PLOT = "verification.md", "rmse_by_lead.png", "forecast_map.png"
+
+
+def training_climatology(run: RunConfig, names: list[str], *, max_dates: int) -> np.ndarray | None:
+    """Mean state (G, V) float64, physical units, of at most ``max_dates`` dates of the checkpoint's training split
+    of its training dataset; None (with a log line) when that dataset cannot be opened or ``max_dates`` is 0."""
+    if max_dates == 0:
+        return None
+    try:
+        store = open_anemoi_zarr(resolve_dataset_path(run))
+        window = run.data.splits.train
+        start, stop = store.date_range(window.start, window.end)
+        return mean_state(
+            store, date_start=start, date_stop=stop, variables=store.variable_indices(names), max_dates=max_dates
+        )
+    except (FileNotFoundError, ValueError) as error:
+        LOG.warning("no climatology baseline: the checkpoint's training data cannot be read (%s)", error)
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerificationRequest:
+    """What to verify and where the results go."""
+
+    forecast: Path  # written by anemo-infer
+    store: AnemoiZarr  # the truth
+    variables: list[str]  # the forecast's variables, prognostic first
+    num_prognostic: int
+    area_weight: np.ndarray  # (G,) any positive weights, e.g. the graph's data area weights
+    climatology: np.ndarray | None  # (G, V_out) physical units
+    output: Path  # folder of the table and plots
+    plot_variable: str
+    plot_lead: str | None  # None: the longest scored lead
+
+
+def _dataset_index(store: AnemoiZarr, dates: np.ndarray) -> np.ndarray:
+    """Index of each date (any shape) in the dataset, -1 where the dataset does not have it."""
+    dates = dates.astype("datetime64[s]")
+    index = np.clip(np.searchsorted(store.dates, dates), 0, len(store.dates) - 1)
+    return np.where(store.dates[index] == dates, index, -1)
+
+
+def verify_forecast(request: VerificationRequest) -> Verification | None:
+    """Score every forecast field whose valid time the dataset holds; write the table and plots to ``output``.
+
+    Returns None (with a log line) when no valid time is in the dataset.
+    """
+    store = request.store
+    with open_forecast(request.forecast) as forecast:
+        truth_index = _dataset_index(store, forecast["valid_time"].values)  # (N, L), -1: not in the dataset
+        skipped = int((truth_index < 0).sum())
+        if skipped:
+            LOG.info(
+                "verification: %d of %d forecast fields have valid times after the last date %s of dataset %s; "
+                "they are not scored",
+                skipped,
+                truth_index.size,
+                store.dates[-1],
+                store.path,
+            )
+        if not (truth_index >= 0).any():
+            LOG.warning("verification: no valid time of the forecast is in dataset %s; nothing scored", store.path)
+            return None
+        result = _score(request, forecast, truth_index)
+        _write(request, result, forecast=forecast, truth_index=truth_index)
+    return result
+
+
+def _score(request: VerificationRequest, forecast: xr.Dataset, truth_index: np.ndarray) -> Verification:
+    """Scores over every (initial date, lead) with truth; leads without any truth are left out."""
+    store, names, num_prognostic = request.store, request.variables, request.num_prognostic
+    steps = forecast["step"].values
+    init_index = _dataset_index(store, forecast["time"].values)  # (N,)
+    kinds = ["model", "persistence", *([] if request.climatology is None else ["climatology"])]
+    sums = {k: ErrorSums(weight=request.area_weight, num_leads=len(steps), num_variables=len(names)) for k in kinds}
+    read_index = store.variable_indices(names)
+    for n, init in enumerate(init_index):
+        initial = store.read(slice(init, init + 1), read_index)[0].T.astype(np.float64)  # (G, V)
+        initial[:, num_prognostic:] = np.nan  # persistence only for prognostic variables
+        predicted = np.stack([forecast[name].isel(time=n).values for name in names], axis=-1)  # (L, G, V)
+        for lead, index in enumerate(truth_index[n]):
+            if index < 0:
+                continue
+            truth = store.read(slice(index, index + 1), read_index)[0].T.astype(np.float64)
+            sums["model"].add(lead, predicted[lead] - truth)
+            sums["persistence"].add(lead, initial - truth)
+            if request.climatology is not None:
+                sums["climatology"].add(lead, request.climatology - truth)
+    scored = np.flatnonzero((truth_index >= 0).any(axis=0))
+    leads = [_timedelta(steps[i]) for i in scored]
+    return Verification(
+        variables=names,
+        num_prognostic=num_prognostic,
+        leads=[format_frequency(lead) for lead in leads],
+        lead_hours=[lead.total_seconds() / 3600 for lead in leads],
+        forecasts=[int(c) for c in (truth_index >= 0).sum(axis=0)[scored]],
+        rmse={k: s.rmse()[scored] for k, s in sums.items()},
+        bias={k: s.bias()[scored] for k, s in sums.items()},
+    )
+
+
+def _timedelta(value: np.timedelta64) -> datetime.timedelta:
+    return value.astype("timedelta64[s]").item()
+
+
+def _write(
+    request: VerificationRequest, result: Verification, *, forecast: xr.Dataset, truth_index: np.ndarray
+) -> None:
+    """verification.md, rmse_by_lead.png and forecast_map.png in ``request.output``."""
+    out = request.output
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"# Verification of {request.forecast}\n\nTruth: {request.store.path}; area-weighted, physical units.\n\n"
+    (out / TABLE).write_text(title + result.table() + "\n")
+    plot_rmse_by_lead(
+        variables=result.variables,
+        lead_hours=result.lead_hours,
+        model=result.rmse["model"],
+        persistence=result.rmse["persistence"][:, : result.num_prognostic],
+        climatology=result.rmse.get("climatology"),
+        path=out / RMSE_PLOT,
+    )
+    steps = [_timedelta(s) for s in forecast["step"].values]
+    lead = steps.index(parse_frequency(request.plot_lead or result.leads[-1]))
+    with_truth = np.flatnonzero(truth_index[:, lead] >= 0)
+    if with_truth.size == 0:
+        LOG.info("verification: no forecast has truth at lead %s; no forecast map", format_frequency(steps[lead]))
+        return
+    n, name = int(with_truth[0]), request.plot_variable
+    valid = truth_index[n, lead]
+    truth = request.store.read(slice(valid, valid + 1), request.store.variable_indices([name]))[0, 0]
+    init = forecast["time"].values[n].astype("datetime64[s]")
+    plot_forecast_map(
+        lat=forecast["latitude"].values,
+        lon=forecast["longitude"].values,
+        truth=truth,
+        forecast=forecast[name].isel(time=n, step=lead).values,
+        title=f"{name} at {request.store.dates[valid]}, +{format_frequency(steps[lead])} from {init}",
+        path=out / MAP_PLOT,
+    )
