@@ -7,6 +7,7 @@ the feed-back mechanics). Bad inputs are checked word for word against their row
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -450,6 +451,10 @@ def test_cli_writes_zarr_and_stops_bad_inputs_with_one_message(skilled, verified
         assert process.returncode == code, f"{name}:\n{output}"
         assert expected in output and "Traceback" not in output, f"{name}:\n{output}"
     assert "they are not scored" in outputs["forecast"]  # valid times after 2000-12-30T18
+    summary = re.search(
+        r"peak memory (\d+) MiB \(forecasts: \+(-?\d+) MiB above the loaded model\)", outputs["forecast"]
+    )
+    assert summary and 0 <= int(summary[2]) < int(summary[1]), outputs["forecast"]
     with xr.open_zarr(tmp_path / "cli.zarr") as cli, xr.open_dataset(verified.forecast) as ref:
         for name in UNITS:
             np.testing.assert_allclose(cli[name].isel(time=0).values, ref[name].isel(time=-1).values, rtol=1e-5)

@@ -12,7 +12,7 @@ from torch import nn
 
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.inputs import ForecastInputs
-from anemo_like.profiling.memory import peak_rss_mib
+from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 from anemo_like.training.rollout import rollout
 
 LOG = logging.getLogger(__name__)
@@ -24,6 +24,14 @@ def peak_memory_mib(device: torch.device) -> float | None:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return peak_rss_mib()
+
+
+def start_memory_mib(device: torch.device) -> float | None:
+    """Reset the peak counter and return the memory in use now, MiB (CUDA allocated, else resident)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    return current_rss_mib() if reset_peak_rss() else None
 
 
 def format_mib(mib: float | None) -> str:
@@ -39,6 +47,12 @@ class ForecastStats:
     forecasts: int
     steps: int  # per forecast
     peak_mib: float | None
+    start_mib: float | None  # in use when the forecasts started: the loaded model, dataset handles, ...
+
+    @property
+    def forecast_peak_mib(self) -> float | None:
+        """What the forecasts added on top of ``start_mib`` at their peak (where the peak could be reset)."""
+        return None if self.peak_mib is None or self.start_mib is None else self.peak_mib - self.start_mib
 
 
 @torch.inference_mode()
@@ -55,8 +69,7 @@ def run_forecasts(
     init_indices = inputs.init_indices
     out = inputs.output_normalizer
     forecasts = np.empty((len(init_indices), inputs.steps, inputs.store.shape[-1], len(roles.output)), np.float32)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    start_mib = start_memory_mib(device)
     started = time.perf_counter()
     step_seconds = 0.0
     for first in range(0, len(init_indices), batch_size):
@@ -96,5 +109,6 @@ def run_forecasts(
         forecasts=len(init_indices),
         steps=inputs.steps,
         peak_mib=peak_memory_mib(device),
+        start_mib=start_mib,
     )
     return forecasts, stats

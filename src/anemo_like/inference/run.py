@@ -128,12 +128,14 @@ def run(prepared: PreparedRun) -> InferenceOutputs:
     dataset = forecast_dataset(forecasts, inputs, checkpoint=prepared.checkpoint, precision=config.precision)
     write_forecast(dataset, prepared.output)
     LOG.info(
-        "anemo-infer: %d forecast(s) x %d steps in %.1f s (%.3f s per forecast step), peak memory %s; wrote %s",
+        "anemo-infer: %d forecast(s) x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
+        "(forecasts: +%s above the loaded model); wrote %s",
         stats.forecasts,
         stats.steps,
         stats.seconds,
         stats.step_seconds / (stats.forecasts * stats.steps),
         format_mib(stats.peak_mib),
+        format_mib(stats.forecast_peak_mib),
         prepared.output,
     )
     if not config.verify:
