@@ -22,12 +22,14 @@ from omegaconf import OmegaConf
 from torch._utils import ExceptionWrapper
 
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
+from anemo_like.config.schema import ModelConfig
 from anemo_like.config.validate import check_override_keys
 from anemo_like.data.window_dataset import NonFiniteDataError
 from anemo_like.data.zarr_store import write_anemoi_zarr
 from anemo_like.distributed.environment import launch_rank
 from anemo_like.graphs.cache import graph_cache_key, load_or_build_graph
-from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.inference.checkpoint import with_graph_backend_from_environment
+from anemo_like.models.inference_chunks import check_inference_environment, inference_num_chunks
 from anemo_like.training.checkpoint import load_training_checkpoint
 from anemo_like.training.data_setup import setup_data
 from anemo_like.training.loss import WeightedMSE
@@ -506,8 +508,22 @@ def test_resume_refuses_a_planted_pickle_payload(tmp_path, capfd) -> None:
             "environment variable ANEMOI_INFERENCE_NUM_CHUNKS='abc': expected a positive integer",
         ),
         ("RANK", "two", launch_rank, "environment variable RANK='two' is not an integer rank"),
+        (
+            "ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND",
+            "flash",
+            check_inference_environment,
+            "environment variable ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND='flash': expected one of "
+            "flash_attention, scaled_dot_product_attention, reference",
+        ),
+        (
+            "ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND",
+            "triton",
+            lambda: with_graph_backend_from_environment(ModelConfig()),
+            "environment variable ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND='triton': expected one of "
+            "torch, reference",
+        ),
     ],
-    ids=["ANEMOI_INFERENCE_NUM_CHUNKS=abc", "RANK=two"],
+    ids=["ANEMOI_INFERENCE_NUM_CHUNKS=abc", "RANK=two", "TRANSFORMER_ATTENTION_BACKEND", "GRAPH_ATTENTION_BACKEND"],
 )
 def test_bad_environment_variable(monkeypatch, variable: str, value: str, call, expected: str) -> None:
     monkeypatch.setenv(variable, value)
@@ -519,6 +535,11 @@ def test_bad_environment_variable(monkeypatch, variable: str, value: str, call, 
     [
         ("ANEMOI_INFERENCE_NUM_CHUNKS", "abc", "ANEMOI_INFERENCE_NUM_CHUNKS='abc': expected a positive integer"),
         ("RANK", "two", "RANK='two' is not an integer rank"),
+        (
+            "ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND",
+            "flash",
+            "ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND='flash': expected one of",
+        ),
     ],
 )
 def test_bad_environment_variable_fails_at_setup(compose_run, tmp_path, monkeypatch, variable, value, expected):

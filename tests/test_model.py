@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from anemo_like.config.schema import ModelConfig
 from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
-from anemo_like.models.sliding_window import sliding_window_attention
+from anemo_like.models.window_attention import band_attention
 
 LAYOUT = VariableLayout(
     num_input=5, num_output=4, prognostic_input=[0, 1, 2], prognostic_output=[0, 1, 2], relu_floor={3: -0.5}
@@ -78,7 +78,7 @@ def test_sliding_window_equals_dense_mask() -> None:
         i = torch.arange(301)
         mask = (i[:, None] - i[None, :]).abs() <= window
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        torch.testing.assert_close(sliding_window_attention(q, k, v, window=window), expected)
+        torch.testing.assert_close(band_attention(q, k, v, window=window), expected)
 
 
 def test_transformer_processor_needs_no_processor_edges() -> None:

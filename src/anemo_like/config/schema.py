@@ -140,6 +140,11 @@ class ProcessorConfig(Strict):
     )
     gradient_checkpointing: bool = True
     window_size: int = Field(512, ge=1, description="transformer only: half width of the sliding window (nodes)")
+    attention_implementation: Literal["flash_attention", "scaled_dot_product_attention", "reference"] = Field(
+        "scaled_dot_product_attention",
+        description="transformer only: flash_attention (flash-attn on CUDA in fp16/bf16; else falls back to "
+        "scaled_dot_product_attention with one log line), scaled_dot_product_attention, or reference",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -6,9 +6,11 @@ trusting pickled code.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -16,13 +18,14 @@ from torch_geometric.data import HeteroData
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
-from anemo_like.config.schema import RunConfig
+from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.graphs import graph_from_tensors, graph_to_tensors
 from anemo_like.graphs.serialization import load_weights_only
 from anemo_like.models.forecast_model import ForecastModel, VariableLayout
 
+LOG = logging.getLogger(__name__)
 INFERENCE_FORMAT = "anemo_like-inference-v1"
 
 
@@ -66,6 +69,29 @@ def save_inference_checkpoint(
     )
 
 
+GRAPH_BACKEND_VARIABLE = "ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND"
+
+
+def with_graph_backend_from_environment(model: ModelConfig) -> ModelConfig:
+    """``model`` with ``graph_attention_backend`` from ``ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND``."""
+    value = os.environ.get(GRAPH_BACKEND_VARIABLE, "").strip()
+    if not value:
+        return model
+    allowed = get_args(ModelConfig.model_fields["graph_attention_backend"].annotation)
+    if value not in allowed:
+        raise ValueError(
+            f"environment variable {GRAPH_BACKEND_VARIABLE}={value!r}: expected one of {', '.join(allowed)}"
+        )
+    if value != model.graph_attention_backend:
+        LOG.info(
+            "graph attention backend %s (from %s; trained with %s)",
+            value,
+            GRAPH_BACKEND_VARIABLE,
+            model.graph_attention_backend,
+        )
+    return model.model_copy(update={"graph_attention_backend": value})
+
+
 def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
     """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
     path = Path(path)
@@ -75,6 +101,7 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
         raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
     config = RunConfig.model_validate_json(state["config"])
+    config = config.model_copy(update={"model": with_graph_backend_from_environment(config.model)})
     graph = graph_from_tensors(state["graph"])
     layout = VariableLayout(**state["layout"])
     model = ForecastModel(config=config.model, graph=graph, layout=layout, multistep=config.training.multistep_input)

@@ -17,7 +17,7 @@ from anemo_like.inference.output import check_output, check_writable, forecast_d
 from anemo_like.inference.scores import Verification
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
 from anemo_like.models.heap_release import set_heap_release
-from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.inference_chunks import check_inference_environment
 
 LOG = logging.getLogger(__name__)
 
@@ -74,8 +74,7 @@ def prepare(config: InferenceConfig) -> PreparedRun:
 
     Every problem raises ValueError or FileNotFoundError with one message naming the file or key (exit 2).
     """
-    for component in ("MAPPER", "PROCESSOR"):  # a bad ANEMOI_INFERENCE_NUM_CHUNKS* fails here, not mid-forecast
-        inference_num_chunks(component)
+    check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
     output = Path(config.output).expanduser().absolute()
     check_output(output)
     verification_output = Path(config.verification.output or output.parent).expanduser().absolute()

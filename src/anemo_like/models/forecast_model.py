@@ -99,6 +99,7 @@ class ForecastModel(nn.Module):
                 num_heads=heads,
                 mlp_hidden_ratio=ratio,
                 window_size=config.processor.window_size,
+                attention_implementation=config.processor.attention_implementation,
                 gradient_checkpointing=config.processor.gradient_checkpointing,
             )
         self.decoder = mapper(

@@ -21,3 +21,12 @@ def inference_num_chunks(component: Literal["MAPPER", "PROCESSOR"]) -> int | Non
                 raise ValueError(f"environment variable {name}={value!r}: expected a positive integer")
             return int(value)
     return None
+
+
+def check_inference_environment() -> None:
+    """Fail at set-up, not mid-run, on a bad ``ANEMOI_INFERENCE_*`` chunk or transformer-backend variable."""
+    from anemo_like.models.window_attention import requested_backend
+
+    for component in ("MAPPER", "PROCESSOR"):
+        inference_num_chunks(component)
+    requested_backend("scaled_dot_product_attention", training=False)

@@ -15,6 +15,7 @@ from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
+from anemo_like.models.window_attention import Backend
 
 
 class _ProcessorLayer(nn.Module):
@@ -91,6 +92,7 @@ class TransformerProcessor(nn.Module):
         num_heads: int,
         mlp_hidden_ratio: float,
         window_size: int,
+        attention_implementation: Backend,
         gradient_checkpointing: bool,
     ) -> None:
         super().__init__()
@@ -98,7 +100,11 @@ class TransformerProcessor(nn.Module):
         self.gradient_checkpointing = gradient_checkpointing
         self.layers = nn.ModuleList(
             SlidingWindowTransformerLayer(
-                channels=channels, num_heads=num_heads, mlp_hidden_ratio=mlp_hidden_ratio, window_size=window_size
+                channels=channels,
+                num_heads=num_heads,
+                mlp_hidden_ratio=mlp_hidden_ratio,
+                window_size=window_size,
+                attention_implementation=attention_implementation,
             )
             for _ in range(num_layers)
         )

@@ -136,7 +136,13 @@ def load_training_checkpoint(path: Path) -> dict[str, Any]:
 # Sections of the config that must match for a checkpoint's weights and optimizer state to fit the run ...
 RESUME_MUST_MATCH = ("model", "graph", "data.variables", "data.normalizer", "data.timestep", "training.multistep_input")
 # ... except keys that change how the model runs, not its weights (e.g. more chunks after an out-of-memory).
-RESUME_MAY_DIFFER = ("num_chunks", "shard_strategy", "gradient_checkpointing", "graph_attention_backend")
+RESUME_MAY_DIFFER = (
+    "num_chunks",
+    "shard_strategy",
+    "gradient_checkpointing",
+    "graph_attention_backend",
+    "attention_implementation",
+)
 
 
 def _section(config: dict[str, Any], dotted: str) -> Any:

@@ -31,7 +31,7 @@ from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.models.heap_release import set_heap_release
-from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.inference_chunks import check_inference_environment
 from anemo_like.models.memory_model import (
     count_parameters,
     device_memory_bytes,
@@ -142,8 +142,7 @@ class Trainer:
                 knn=config.graph.knn,
                 processor_edges=config.model.processor.type == "graphtransformer",
             )
-        for component in ("MAPPER", "PROCESSOR"):  # a bad ANEMOI_INFERENCE_NUM_CHUNKS* fails here, not at validation
-            inference_num_chunks(component)
+        check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
         self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
         if self.device.type == "cpu":
             set_heap_release(config.system.hardware.release_cpu_heap_mib)
