@@ -26,14 +26,14 @@ from anemo_like.config.schema import ModelConfig
 from anemo_like.config.validate import check_override_keys
 from anemo_like.data.window_dataset import NonFiniteDataError
 from anemo_like.data.zarr_store import write_anemoi_zarr
-from anemo_like.distributed.environment import launch_rank
+from anemo_like.distributed.environment import launch_rank, select_device
 from anemo_like.graphs.cache import graph_cache_key, load_or_build_graph
 from anemo_like.inference.checkpoint import with_graph_backend_from_environment
 from anemo_like.models.inference_chunks import check_inference_environment, inference_num_chunks
 from anemo_like.training.checkpoint import load_training_checkpoint
 from anemo_like.training.data_setup import setup_data
 from anemo_like.training.loss import WeightedMSE
-from anemo_like.training.trainer import Trainer, select_device
+from anemo_like.training.trainer import Trainer
 
 FORCINGS = ["cos_latitude", "sin_latitude", "cos_longitude", "sin_longitude"]
 VARIABLES = [*FORCINGS, "sp", "t_850", "z_500"]

@@ -112,3 +112,12 @@ def rank_zero_value(value: str, env: LaunchEnvironment) -> str:
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
+
+
+def select_device(accelerator: str, local_rank: int = 0, *, key: str = "system.hardware.accelerator") -> torch.device:
+    """``cpu``, ``cuda`` (the GPU of this local rank) or ``auto`` (CUDA when torch sees one); ``key`` names the setting
+    in the error when CUDA is asked for but absent."""
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{key} is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
+    use_cuda = accelerator == "cuda" or (accelerator == "auto" and torch.cuda.is_available())
+    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
+from anemo_like.distributed.environment import select_device
 from anemo_like.inference.checkpoint import InferenceBundle, load_inference_checkpoint
 from anemo_like.inference.config import InferenceConfig
 from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
@@ -20,13 +21,6 @@ from anemo_like.models.heap_release import set_heap_release
 from anemo_like.models.inference_chunks import check_inference_environment
 
 LOG = logging.getLogger(__name__)
-
-
-def select_device(name: str) -> torch.device:
-    """``auto``: CUDA when torch sees a GPU, else the CPU."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device is 'cuda' but torch sees no CUDA device; use device=cpu or device=auto")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +76,7 @@ def prepare(config: InferenceConfig) -> PreparedRun:
         check_writable(verification_output / TABLE, key="verification.output")
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    device = select_device(config.device)
+    device = select_device(config.device, key="device")
     checkpoint = Path(config.checkpoint).expanduser().absolute()
     bundle = load_inference_checkpoint(checkpoint, device=device)
     bundle.model.to(DTYPES[config.precision])

@@ -26,6 +26,7 @@ from anemo_like.distributed.environment import (
     launch_environment,
     main_rank_first,
     rank_zero_value,
+    select_device,
 )
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
@@ -76,14 +77,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def select_device(accelerator: str, local_rank: int = 0) -> torch.device:
-    """The device of this process: with CUDA, the GPU of its local rank."""
-    if accelerator == "cuda" and not torch.cuda.is_available():
-        raise ValueError("system.hardware.accelerator is 'cuda' but torch sees no CUDA device; use 'cpu' or 'auto'")
-    use_cuda = accelerator == "cuda" or (accelerator == "auto" and torch.cuda.is_available())
-    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 
 
 class MetricsLog:
