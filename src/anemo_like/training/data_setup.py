@@ -226,10 +226,11 @@ def setup_data(config: RunConfig) -> DataSetup:
     climatology = None
     if config.training.val_climatology_dates:
         started = time.perf_counter()
-        train_stop = train.date_start + len(train) + (train.num_states - 1) * stride
-        num_dates = min(config.training.val_climatology_dates, train_stop - train.date_start)
+        window = config.data.splits.train  # checked by windows() above
+        train_start, train_stop = store.date_range(window.start, window.end)
+        num_dates = min(config.training.val_climatology_dates, train_stop - train_start)
         mean = mean_state(
-            store, date_start=train.date_start, date_stop=train_stop, variables=read_index, max_dates=num_dates
+            store, date_start=train_start, date_stop=train_stop, variables=read_index, max_dates=num_dates
         )
         climatology = normalizer.normalize(mean, axis=-1)[:, [roles.read.index(n) for n in roles.output]]
         LOG.info("climatology baseline: mean of %d training dates, %.1f s", num_dates, time.perf_counter() - started)
