@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+from anemo_like.models.window_attention import requested_backend
+
 BASE_VARIABLE = "ANEMOI_INFERENCE_NUM_CHUNKS"
 
 
@@ -25,8 +27,6 @@ def inference_num_chunks(component: Literal["MAPPER", "PROCESSOR"]) -> int | Non
 
 def check_inference_environment() -> None:
     """Fail at set-up, not mid-run, on a bad ``ANEMOI_INFERENCE_*`` chunk or transformer-backend variable."""
-    from anemo_like.models.window_attention import requested_backend
-
     for component in ("MAPPER", "PROCESSOR"):
         inference_num_chunks(component)
     requested_backend("scaled_dot_product_attention", training=False)

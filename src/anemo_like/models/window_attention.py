@@ -11,6 +11,7 @@ back to ``scaled_dot_product_attention`` with one log line saying why.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -80,8 +81,12 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int, flash: Flas
     return out.transpose(1, 2)
 
 
+@functools.cache
 def import_flash_attention() -> FlashFunction | None:
-    """``flash_attn_func`` of flash-attn 3 (``flash_attn_interface``) or 2 (``flash_attn``), None if neither."""
+    """``flash_attn_func`` of flash-attn 3 (``flash_attn_interface``) or 2 (``flash_attn``), None if neither.
+
+    Looked up once per process: a failed import is not cached by Python, and this runs at every forward.
+    """
     try:
         from flash_attn_interface import flash_attn_func
     except ImportError:
