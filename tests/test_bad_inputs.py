@@ -517,10 +517,10 @@ def test_resume_refuses_a_planted_pickle_payload(tmp_path, capfd) -> None:
         ),
         (
             "ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND",
-            "triton",
+            "pyg",
             lambda: with_graph_backend_from_environment(ModelConfig()),
-            "environment variable ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND='triton': expected one of "
-            "torch, reference",
+            "environment variable ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND='pyg': expected one of "
+            "torch, reference, triton",
         ),
     ],
     ids=["ANEMOI_INFERENCE_NUM_CHUNKS=abc", "RANK=two", "TRANSFORMER_ATTENTION_BACKEND", "GRAPH_ATTENTION_BACKEND"],
@@ -597,6 +597,11 @@ def test_cli_shows_one_message_and_no_traceback(tmp_path, dataset, gappy_dataset
             [f"data.dataset={dataset}", *TINY_DATA, f"training.resume={truncated}"],
             2,
             f"{truncated} is not a valid training checkpoint (training.resume)",
+        ),
+        "model sharding without the ranks": (
+            ["system.hardware.num_gpus_per_model=2"],
+            2,
+            "system.hardware.num_gpus_per_model=2 must be a power of two that divides the world size (1 ranks)",
         ),
         "NaN in the data": (
             [f"data.dataset={gappy_dataset}", *TINY_DATA],

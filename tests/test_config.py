@@ -125,3 +125,25 @@ def test_every_config_key_is_documented() -> None:
         documented |= {base + sibling for sibling in re.findall(r"`(\.[a-z_]+)`", row[1])}
     missing = [key for key in schema_keys(RunConfig) if key not in documented]
     assert not missing, f"undocumented config keys in docs/configuration.md: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["system.hardware.num_gpus_per_model=3"], "num_gpus_per_model=3 must be a power of two and at most"),
+        (["system.hardware.num_gpus_per_model=16", "model.num_heads=8"], "at most model.num_heads (8)"),
+        (["system.hardware.num_gpus_per_model=2", "dataloader.read_group_size=4"], "read_group_size=4 must divide"),
+        (["model=transformer", "model.processor.shard_strategy=edges"], "the transformer processor shards by heads"),
+        (["model.encoder.shard_strategy=rows"], "'model.encoder.shard_strategy' = 'rows'"),
+    ],
+)
+def test_model_sharding_keys_are_checked(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_config(composed("quickstart", overrides))
+    assert expected in str(info.value)
+
+
+def test_transformer_processor_defaults_to_head_sharding() -> None:
+    config = validate_config(composed("quickstart", ["model=transformer", "system.hardware.num_gpus_per_model=2"]))
+    assert config.model.processor.shard_strategy == "heads"
+    assert config.model.encoder.shard_strategy == "edges"

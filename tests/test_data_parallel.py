@@ -101,6 +101,30 @@ def dataset_with_a_nan(tmp_path) -> Path:
     )
 
 
+def test_two_instances_of_two_ranks_follow_two_instances_of_one_rank(tmp_path, cache_dir):
+    """World 4 = 2 model instances x 2 ranks (sharded: encoder by heads, processor by edges with halos, decoder by
+    edges; each rank reads half the grid) trains like world 2 = 2 instances x 1 rank on the same global batch:
+    the loss curves and the final validation agree. (Numerics of every strategy: tests/test_model_sharding.py.)"""
+    common = ["training.max_steps=4", "dataloader.batch_size.train=1", "training.val_every_n_steps=4"]
+    sharded = [
+        "system.hardware.num_gpus_per_model=2",
+        "model.encoder.shard_strategy=heads",
+        "model.processor.shard_strategy=edges",
+        "model.decoder.shard_strategy=edges",
+    ]
+    runs = {
+        "2x1": launch(tmp_path / "2x1", cache_dir, common, world=2),
+        "2x2": launch(tmp_path / "2x2", cache_dir, [*common, *sharded], world=4),
+    }
+    for name, processes in runs.items():
+        for code, output in wait_all(processes, 300):
+            assert code == 0, f"{name}: {output[-3000:]}"
+    losses, sharded_losses = train_losses(tmp_path / "2x1"), train_losses(tmp_path / "2x2")
+    assert sorted(sharded_losses) == list(range(1, 5))
+    np.testing.assert_allclose([sharded_losses[s] for s in range(1, 5)], [losses[s] for s in range(1, 5)], rtol=1e-5)
+    assert (tmp_path / "2x2" / "validation.md").read_text() == (tmp_path / "2x1" / "validation.md").read_text()
+
+
 def test_one_rank_failing_stops_every_rank_with_an_error(tmp_path, cache_dir, dataset_with_a_nan):
     started = time.monotonic()
     processes = launch(

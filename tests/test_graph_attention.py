@@ -58,7 +58,7 @@ def run_backend(backend: str, tensors, edge_index, min_blocks: int = 1):
     return GRAPH_ATTENTION_BACKENDS[backend](*tensors, edges, min_blocks=min_blocks)
 
 
-BACKENDS = sorted(GRAPH_ATTENTION_BACKENDS)
+BACKENDS = ["reference", "torch"]  # triton: tests/test_triton_graph_attention.py (in the interpreter)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

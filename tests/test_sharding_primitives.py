@@ -7,14 +7,13 @@ ranks waiting (a collective that does fail times out, and mp.spawn stops the rem
 
 from __future__ import annotations
 
-import datetime
-import socket
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from distributed_checks import Checks, free_port, init_gloo
 from torch import Tensor
 
 from anemo_like.distributed.groups import build_process_groups, group_layout
@@ -29,14 +28,6 @@ from anemo_like.distributed.primitives import (
     reduce_sum,
     shard_nodes,
 )
-
-TOLERANCE = {"rtol": 1e-6, "atol": 1e-6}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def randn(seed: int, *shape: int) -> Tensor:
@@ -114,23 +105,6 @@ def test_node_shard_bounds_are_balanced_and_padded():
 
 
 # -- spawned worlds -----------------------------------------------------------------------------------------------
-
-
-class Checks:
-    """Comparisons of one rank; failures are collected so every rank keeps running the same collectives."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank, self.failures = rank, []
-
-    def close(self, name: str, actual: Tensor, expected: Tensor) -> None:
-        try:
-            torch.testing.assert_close(actual, expected, **TOLERANCE)
-        except AssertionError as error:
-            self.failures.append(f"rank {self.rank} {name}: {error}")
-
-    def true(self, name: str, condition: bool) -> None:
-        if not condition:
-            self.failures.append(f"rank {self.rank} {name}")
 
 
 def grads(outputs: Tensor, inputs: Tensor, upstream: Tensor) -> Tensor:
@@ -305,14 +279,7 @@ def check_groups(check: Checks, world: int, rank: int) -> list:
 
 
 def worker(rank: int, world: int, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
+    init_gloo(rank, world, port)
     check = Checks(rank)
     try:
         for parts, group, model_rank in check_groups(check, world, rank):

@@ -158,6 +158,6 @@ def test_graph_attention_backend_from_the_environment_at_load(tmp_path, compose_
             "reference",
         )
         torch.testing.assert_close(overridden.model(x), trained.model(x), rtol=1e-4, atol=1e-5)
-    monkeypatch.setenv(GRAPH_BACKEND_VARIABLE, "triton")
-    with pytest.raises(ValueError, match=f"{GRAPH_BACKEND_VARIABLE}='triton': expected one of torch, reference"):
+    monkeypatch.setenv(GRAPH_BACKEND_VARIABLE, "pyg")
+    with pytest.raises(ValueError, match=f"{GRAPH_BACKEND_VARIABLE}='pyg': expected one of torch, reference, triton"):
         load_inference_checkpoint(outputs.inference_checkpoint)

@@ -7,7 +7,7 @@ so validation runs in well under a second.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -103,6 +103,12 @@ class Workers(Strict):
 class DataloaderConfig(Strict):
     batch_size: BatchSizes = BatchSizes()
     num_workers: Workers = Workers()
+    read_group_size: int | None = Field(
+        None,
+        ge=1,
+        description="ranks of a model instance that read one sample together, each its slice of the grid, then "
+        "gather it; divides system.hardware.num_gpus_per_model; None: all of them",
+    )
     limit_val_batches: int | None = Field(None, ge=1)
 
 
@@ -115,13 +121,18 @@ class GraphConfig(Strict):
 
 
 # ---------------------------------------------------------------------------------------------- model
+ShardStrategy = Literal["edges", "heads"]
+_SHARD_STRATEGY = (
+    "with system.hardware.num_gpus_per_model > 1: edges (each rank owns a block of destination nodes and their "
+    "incoming edges) or heads (each rank attends over the whole graph for its share of the heads)"
+)
+
+
 class MapperConfig(Strict):
     num_chunks: int | Literal["auto"] = Field(
         4, description="destination chunks, a power of two; auto: smallest that fits system.hardware.memory_budget_gb"
     )
-    shard_strategy: Literal["edges"] = Field(
-        "edges", description="edges: contiguous destination blocks own their incoming edges"
-    )
+    shard_strategy: ShardStrategy = Field("edges", description=_SHARD_STRATEGY)
     gradient_checkpointing: bool = True
 
     @field_validator("num_chunks")
@@ -139,6 +150,9 @@ class ProcessorConfig(Strict):
         2, description="checkpoint segments of consecutive layers (at most num_layers); auto: fit the memory budget"
     )
     gradient_checkpointing: bool = True
+    shard_strategy: ShardStrategy = Field(
+        "edges", description=_SHARD_STRATEGY + "; the transformer processor shards by heads only (its default)"
+    )
     window_size: int = Field(512, ge=1, description="transformer only: half width of the sliding window (nodes)")
     attention_implementation: Literal["flash_attention", "scaled_dot_product_attention", "reference"] = Field(
         "scaled_dot_product_attention",
@@ -153,10 +167,19 @@ class ProcessorConfig(Strict):
             data = {**data, "num_chunks": max(1, min(2, data["num_layers"]))}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _transformer_shards_heads(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("type") == "transformer" and "shard_strategy" not in data:
+            data = {**data, "shard_strategy": "heads"}
+        return data
+
     @model_validator(mode="after")
     def _chunks_fit_layers(self) -> ProcessorConfig:
         if self.num_chunks != "auto" and not 1 <= self.num_chunks <= self.num_layers:
             raise ValueError(f"num_chunks ({self.num_chunks}) must be between 1 and num_layers ({self.num_layers})")
+        if self.type == "transformer" and self.shard_strategy != "heads":
+            raise ValueError("the transformer processor shards by heads: set shard_strategy to heads")
         return self
 
 
@@ -167,17 +190,34 @@ class TrainableSizes(Strict):
     edges: int = Field(8, ge=0)
 
 
+class CompileEntry(Strict):
+    """Compile every submodule of exactly this class in place with ``torch.compile(**options)``."""
+
+    module: str = Field(description="dotted class path, e.g. anemo_like.models.block.GraphTransformerBlock")
+    options: dict[str, Any] = Field({}, description="torch.compile keyword arguments (dynamic, mode, fullgraph, ...)")
+
+
 class ModelConfig(Strict):
     num_channels: int = Field(128, ge=1)
     num_heads: int = Field(8, ge=1)
     mlp_hidden_ratio: float = Field(4.0, gt=0)
     trainable: TrainableSizes = TrainableSizes()
     latent_skip: bool = True
-    graph_attention_backend: Literal["torch", "reference"] = "torch"
+    graph_attention_backend: Literal["torch", "reference", "triton"] = Field(
+        "torch", description="torch (any device), reference (plain autograd), triton (fused kernels on CUDA)"
+    )
+    strict_backends: bool = Field(
+        False, description="an attention backend that cannot run here is an error, not a fallback with a log line"
+    )
     encoder: MapperConfig = MapperConfig()
     decoder: MapperConfig = MapperConfig()
     processor: ProcessorConfig = ProcessorConfig()
     relu_bounded: list[str] = Field([], description="output variables clamped at zero (e.g. precipitation)")
+    compile: list[CompileEntry] = Field([], description="module classes compiled with torch.compile (docs/backends.md)")
+    recompile_limit: int = Field(8, ge=1, description="torch._dynamo recompilations allowed per compiled function")
+    compile_on_error: Literal["raise", "eager"] = Field(
+        "raise", description="raise: a module that fails to compile stops the run; eager: warn and run it uncompiled"
+    )
 
     @model_validator(mode="after")
     def _heads_divide_channels(self) -> ModelConfig:
@@ -208,6 +248,9 @@ class OptimizerConfig(Strict):
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = Field(0.1, ge=0)
     gradient_clip_norm: float | None = Field(1.0, gt=0)
+    lr_scaling: Literal["none", "linear", "sqrt"] = Field(
+        "none", description="scale lr (and lr_min) by the number of model instances (linear) or its square root"
+    )
 
 
 class TrainingConfig(Strict):
@@ -253,7 +296,14 @@ class HardwareConfig(Strict):
     collective_timeout_minutes: float = Field(
         30.0, gt=0, description="a collective waiting longer fails (a rank died or hangs) instead of hanging"
     )
+    num_gpus_per_model: int = Field(
+        1,
+        ge=1,
+        description="ranks (GPUs, or CPU processes) that share one model instance: a power of two dividing the world "
+        "size, at most model.num_heads; the rest of the world runs data parallel across instances",
+    )
     bucket_cap_mb: float = Field(25.0, gt=0, description="gradient all-reduce bucket size, data parallel")
+    broadcast_buffers: bool = Field(True, description="copy rank 0's buffers with its weights at start")
 
 
 class PathsConfig(Strict):
@@ -318,9 +368,25 @@ class RunConfig(Strict):
             raise ValueError(f"training.variable_loss_weights names {sorted(unknown)}, which are not output variables")
         if all(self.training.variable_loss_weights.get(name, 1.0) == 0 for name in outputs):
             raise ValueError("training.variable_loss_weights sets every output variable's weight to 0")
+        self._check_model_sharding()
         plot = self.diagnostics.plot_variable
         if plot is not None and plot not in outputs:
             raise ValueError(
                 f"diagnostics.plot_variable '{plot}' is not an output variable; choose from {sorted(outputs)}"
             )
         return self
+
+    def _check_model_sharding(self) -> None:
+        per_model, heads = self.system.hardware.num_gpus_per_model, self.model.num_heads
+        if not _is_power_of_two(per_model) or per_model > heads:
+            raise ValueError(
+                f"system.hardware.num_gpus_per_model={per_model} must be a power of two and at most model.num_heads "
+                f"({heads})"
+            )
+        if heads % per_model:
+            raise ValueError(f"model.num_heads ({heads}) must be divisible by system.hardware.num_gpus_per_model")
+        read = self.dataloader.read_group_size
+        if read is not None and per_model % read:
+            raise ValueError(
+                f"dataloader.read_group_size={read} must divide system.hardware.num_gpus_per_model={per_model}"
+            )

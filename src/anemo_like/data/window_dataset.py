@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,7 +33,8 @@ class WindowDataset(Dataset):
     """Item i = states at dates first + (i + s * stride) for s in 0..num_states-1, as (num_states, G, V) float32.
 
     Variables follow ``read_names`` (normalised with ``normalizer``) then ``computed_names`` (not normalised).
-    Only the needed dates are read; each worker process opens its own zarr handle.
+    Only the needed dates (and, for :meth:`with_grid`, grid points) are read; each worker process opens its own
+    zarr handle.
 
     Non-finite values raise :class:`NonFiniteDataError` (``nan_policy="error"``), or (``"mask"``) become 0 in the
     first ``input_states`` states and in variables not in ``target_names``, and NaN in the targets (states from
@@ -67,6 +69,13 @@ class WindowDataset(Dataset):
         self.keep_nan = is_target & (np.arange(num_states) >= input_states)[:, None, None]  # (T, V, 1)
         span = (num_states - 1) * stride
         self.length = max(0, date_stop - date_start - span)
+        self.grid = slice(None)
+
+    def with_grid(self, start: int, stop: int) -> WindowDataset:
+        """The same samples restricted to grid points [start, stop): items (num_states, stop - start, V)."""
+        part = copy.copy(self)
+        part.grid = slice(start, stop)
+        return part
 
     def __len__(self) -> int:
         return self.length
@@ -82,7 +91,7 @@ class WindowDataset(Dataset):
     def __getitem__(self, item: int) -> torch.Tensor:
         if not 0 <= item < self.length:
             raise IndexError(f"sample {item} out of range 0..{self.length - 1}")
-        raw = self.store.read(self._date_slice(item), self.read_index)  # (T, V, G)
+        raw = self.store.read(self._date_slice(item), self.read_index, grid=self.grid)  # (T, V, G)
         bad = ~np.isfinite(raw)
         values = self.normalizer.normalize(raw, axis=1)
         if bad.any():
@@ -91,7 +100,7 @@ class WindowDataset(Dataset):
             values[bad] = 0.0
             values[bad & self.keep_nan] = np.nan
         if self.computed_names:
-            forcing = computed_forcings(self.computed_names, self.dates(item), self.store.longitudes)
+            forcing = computed_forcings(self.computed_names, self.dates(item), self.store.longitudes[self.grid])
             values = np.concatenate([values, forcing], axis=1)
         return torch.from_numpy(np.ascontiguousarray(values.transpose(0, 2, 1)))
 

@@ -1,16 +1,17 @@
 """Data parallelism across model copies: identical initial weights, and gradients averaged after backward.
 
-Gradients are flattened into buckets of ``bucket_cap_mb`` and all-reduced once per step, after the whole
-backward (rollout steps and activation checkpointing need no special care, unlike hooks that fire during
-backward). A group of one does nothing, so single-process runs share the code path.
+Gradients live in flat buckets of ``bucket_cap_mb`` (:class:`GradientBuckets`) and are all-reduced once per
+step, after the whole backward (rollout steps and activation checkpointing need no special care, unlike hooks
+that fire during backward).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
 def world_size() -> int:
@@ -29,40 +30,51 @@ def release_process_group() -> None:
         dist.destroy_process_group()
 
 
-def broadcast_parameters(model: nn.Module) -> None:
-    """Copy rank 0's parameters and buffers to every rank."""
+def broadcast_parameters(model: nn.Module, *, buffers: bool = True) -> None:
+    """Copy rank 0's parameters (and buffers) to every rank."""
     if world_size() == 1:
         return
-    for tensor in [*model.parameters(), *model.buffers()]:
+    for tensor in [*model.parameters(), *(model.buffers() if buffers else ())]:
         dist.broadcast(tensor.data, src=0)
 
 
-def average_gradients(model: nn.Module, *, bucket_cap_mb: float) -> None:
-    """All-reduce the mean of every parameter gradient over the data-parallel ranks, bucket by bucket."""
-    size = world_size()
-    if size == 1:
-        return
-    cap = int(bucket_cap_mb * 2**20)
-    bucket: list[torch.Tensor] = []
-    bucket_bytes = 0
-    for p in model.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)  # every rank must reduce the same tensors in the same order
-        bucket.append(p.grad)
-        bucket_bytes += p.grad.numel() * p.grad.element_size()
-        if bucket_bytes >= cap:
-            _reduce_bucket(bucket, size)
-            bucket, bucket_bytes = [], 0
-    if bucket:
-        _reduce_bucket(bucket, size)
+class GradientBuckets:
+    """Every parameter's gradient is a view into one of a few flat buffers of at most ``bucket_cap_mb``, so
+    averaging over the ranks is one in-place all-reduce per buffer: no copies in and out, no transient buffer.
 
+    Call :meth:`zero` instead of ``optimizer.zero_grad`` (the views must stay attached); backward accumulates
+    into them. A parameter left without a gradient in a step contributes zeros, so every rank reduces the same
+    buffers in the same order.
+    """
 
-def _reduce_bucket(grads: list[torch.Tensor], size: int) -> None:
-    flat = _flatten_dense_tensors(grads)
-    dist.all_reduce(flat)
-    flat /= size
-    for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
-        grad.copy_(reduced)
+    def __init__(self, parameters: Iterable[nn.Parameter], *, bucket_cap_mb: float) -> None:
+        cap = max(1, int(bucket_cap_mb * 2**20))
+        groups: list[list[nn.Parameter]] = [[]]
+        for p in (p for p in parameters if p.requires_grad):
+            if groups[-1] and sum(q.numel() * q.element_size() for q in groups[-1]) >= cap:
+                groups.append([])
+            groups[-1].append(p)
+        self.buffers: list[torch.Tensor] = []
+        for group in groups:
+            flat = torch.zeros(sum(p.numel() for p in group), dtype=group[0].dtype, device=group[0].device)
+            offset = 0
+            for p in group:
+                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+            self.buffers.append(flat)
+
+    def zero(self) -> None:
+        for flat in self.buffers:
+            flat.zero_()
+
+    def average(self) -> None:
+        """Replace every gradient by its mean over the ranks."""
+        size = world_size()
+        if size == 1:
+            return
+        for flat in self.buffers:
+            dist.all_reduce(flat)
+            flat /= size
 
 
 def any_rank(flags: tuple[bool, ...], device: torch.device) -> tuple[bool, ...]:

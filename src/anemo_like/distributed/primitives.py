@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed import ProcessGroup
 
-from anemo_like.models.checkpointing import balanced_bounds
+from anemo_like.partition import balanced_bounds
 
 
 def node_shard_bounds(total: int, parts: int) -> list[tuple[int, int]]:

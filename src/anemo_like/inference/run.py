@@ -17,6 +17,7 @@ from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.output import check_output, check_writable, forecast_dataset, write_forecast
 from anemo_like.inference.scores import Verification
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
+from anemo_like.models.backends import check_backends
 from anemo_like.models.heap_release import set_heap_release
 from anemo_like.models.inference_chunks import check_inference_environment
 
@@ -79,6 +80,7 @@ def prepare(config: InferenceConfig) -> PreparedRun:
     device = select_device(config.device, key="device")
     checkpoint = Path(config.checkpoint).expanduser().absolute()
     bundle = load_inference_checkpoint(checkpoint, device=device)
+    check_backends(bundle.config.model, torch.device(device), DTYPES[config.precision])
     bundle.model.to(DTYPES[config.precision])
     if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
         set_heap_release(bundle.config.system.hardware.release_cpu_heap_mib)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.mlp import MLP
+from anemo_like.models.sharding import HeadSplit
 
 
 class GraphTransformerBlock(nn.Module):
@@ -45,19 +47,32 @@ class GraphTransformerBlock(nn.Module):
         return t.unflatten(-1, (self.num_heads, -1))
 
     def forward(
-        self, x_src: Tensor, x_dst: Tensor, edge_attr: Tensor, edges: SortedEdges, min_blocks: int = 1
+        self,
+        x_src: Tensor,
+        x_dst: Tensor,
+        edge_attr: Tensor,
+        edges: SortedEdges,
+        min_blocks: int = 1,
+        heads: HeadSplit | None = None,
     ) -> Tensor:
         """x_src: (B, N_src, C), x_dst: (B, N_dst, C), edge_attr: (E, edge_dim) -> (B, N_dst, C).
 
-        ``min_blocks`` asks the attention backend to split the edges into at least that many blocks.
+        ``min_blocks`` asks the attention backend to split the edges into at least that many blocks. With
+        ``heads``, the rows are this rank's node blocks and attention runs over the whole graph (``edges``) for
+        this rank's share of the heads. A processor passes ``x_src is x_dst``, or ``x_dst`` followed by halo rows.
         """
         h_dst = self.norm_dst(x_dst)
-        h_src = h_dst if self.norm_src is None else self.norm_src(x_src)
+        h_src = h_dst if x_src is x_dst else (self.norm_src or self.norm_dst)(x_src)
         q = self._heads(self.lin_query(h_dst))
-        k = self._heads(self.lin_key(h_src))
-        v = self._heads(self.lin_value(h_src))
-        attended = self.attention(
-            q, k, v, edge_attr, self.lin_edge.weight, self.lin_edge.bias, edges, min_blocks=min_blocks
-        ).flatten(-2)
-        out = x_dst + self.projection(attended + self.lin_self(h_dst))
+        k, v = self._heads(self.lin_key(h_src)), self._heads(self.lin_value(h_src))
+        weight, bias = self.lin_edge.weight, self.lin_edge.bias
+        if heads is not None:  # one all-to-all for keys and values together
+            q = heads.to_heads(q, source=False)
+            k, v = heads.to_heads(torch.cat([k, v], dim=-1), source=True).chunk(2, dim=-1)
+            rows = heads.head_rows(self.num_heads, q.shape[-1])
+            weight, bias = weight[rows], bias[rows]
+        attended = self.attention(q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks)
+        if heads is not None:
+            attended = heads.to_nodes(attended)
+        out = x_dst + self.projection(attended.flatten(-2) + self.lin_self(h_dst))
         return out + self.mlp(self.norm_mlp(out))

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from anemo_like.models.heap_release import maybe_release_heap
+from anemo_like.partition import balanced_bounds
 
 
 def maybe_checkpoint(enabled: bool, fn: Callable[..., Tensor], *args: object) -> Tensor:
@@ -24,18 +25,6 @@ def maybe_checkpoint(enabled: bool, fn: Callable[..., Tensor], *args: object) ->
     if enabled and torch.is_grad_enabled():
         return checkpoint(run, *args, use_reentrant=False)
     return run(*args)
-
-
-def balanced_bounds(total: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``range(total)`` into ``parts`` contiguous ranges whose sizes differ by at most one."""
-    parts = max(1, min(parts, total)) if total else 1
-    base, extra = divmod(total, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (i < extra)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 def run_layer_segments(

@@ -1,5 +1,6 @@
-"""Destination-sorted edges and the two ways they are cut.
+"""Destination-sorted edges and the ways they are cut.
 
+- ``DestinationRange`` (model sharding): the edges into one rank's contiguous block of destination nodes.
 - ``DestinationChunk`` (mapper chunks, ``model.encoder/decoder.num_chunks``): a contiguous block of destination
   nodes, the contiguous slice of edges that point to it and the source rows those edges use (relabelled).
 - ``EdgeBlock`` (inside the ``torch`` attention backend): a destination-aligned slice of at most a given number
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from anemo_like.models.checkpointing import balanced_bounds
+from anemo_like.partition import balanced_bounds
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,32 @@ class SortedEdges:
 
 
 @dataclass(frozen=True)
+class DestinationRange:
+    """Edges [edge_start, edge_stop), those into destinations [dst_start, dst_stop); ``edges`` keeps their global
+    source ids and counts destinations from ``dst_start``."""
+
+    dst_start: int
+    dst_stop: int
+    edge_start: int
+    edge_stop: int
+    edges: SortedEdges
+
+
+def _edge_range(edges: SortedEdges, dst_start: int, dst_stop: int) -> tuple[int, int]:
+    bounds = torch.searchsorted(edges.dst, torch.tensor([dst_start, dst_stop], device=edges.dst.device))
+    return int(bounds[0]), int(bounds[1])
+
+
+def destination_range(edges: SortedEdges, dst_start: int, dst_stop: int) -> DestinationRange:
+    """The edges into destinations [dst_start, dst_stop) (all of ``edges`` itself for the full range)."""
+    if (dst_start, dst_stop) == (0, edges.num_dst):
+        return DestinationRange(0, edges.num_dst, 0, edges.num_edges, edges)
+    edge_start, edge_stop = _edge_range(edges, dst_start, dst_stop)
+    local = torch.stack([edges.src[edge_start:edge_stop], edges.dst[edge_start:edge_stop] - dst_start])
+    return DestinationRange(dst_start, dst_stop, edge_start, edge_stop, SortedEdges(local, dst_stop - dst_start))
+
+
+@dataclass(frozen=True)
 class DestinationChunk:
     """One mapper chunk: rows [dst_start, dst_stop), edges [edge_start, edge_stop) and the sources they use."""
 
@@ -99,9 +126,7 @@ def plan_destination_chunks(edges: SortedEdges, num_chunks: int) -> list[Destina
     """Split ``edges`` into ``num_chunks`` contiguous destination chunks of balanced size."""
     chunks = []
     for dst_start, dst_stop in balanced_bounds(edges.num_dst, num_chunks):
-        edge_start, edge_stop = (
-            int(i) for i in torch.searchsorted(edges.dst, torch.tensor([dst_start, dst_stop], device=edges.dst.device))
-        )
+        edge_start, edge_stop = _edge_range(edges, dst_start, dst_stop)
         src_index, src_local = torch.unique(edges.src[edge_start:edge_stop], return_inverse=True)
         local = torch.stack([src_local, edges.dst[edge_start:edge_stop] - dst_start])
         chunk_edges = SortedEdges(local, dst_stop - dst_start)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from anemo_like.models.chunking import DestinationChunk, SortedEdges, plan_destination_chunks
+from anemo_like.models.chunking import (
+    DestinationChunk,
+    DestinationRange,
+    SortedEdges,
+    destination_range,
+    plan_destination_chunks,
+)
 
 
 class EdgeFeatures(nn.Module):
@@ -19,7 +25,8 @@ class EdgeFeatures(nn.Module):
         self.register_buffer("fixed", edge_attr.float(), persistent=False)
         self.trainable = nn.Parameter(torch.zeros(edge_index.shape[1], trainable_size))
         self._sorted: dict[torch.device, SortedEdges] = {}
-        self._chunks: dict[tuple[int, torch.device], list[DestinationChunk]] = {}
+        self._ranges: dict[tuple[int, int, torch.device], DestinationRange] = {}
+        self._chunks: dict[tuple[int, int, int, torch.device], list[DestinationChunk]] = {}
 
     @property
     def dim(self) -> int:
@@ -36,13 +43,22 @@ class EdgeFeatures(nn.Module):
             self._sorted[device] = SortedEdges(self.edge_index, self.num_dst)
         return self._sorted[device]
 
-    def chunks(self, num_chunks: int) -> list[DestinationChunk]:
-        """Destination-chunk plan for ``num_chunks``, built once per chunk count and device, then reused."""
-        key = (num_chunks, self.edge_index.device)
+    def destinations(self, dst_start: int, dst_stop: int) -> DestinationRange:
+        """The edges into destinations [dst_start, dst_stop) (a model shard), built once per range and device."""
+        key = (dst_start, dst_stop, self.edge_index.device)
+        if key not in self._ranges:
+            self._ranges[key] = destination_range(self.sorted_edges(), dst_start, dst_stop)
+        return self._ranges[key]
+
+    def chunks(self, num_chunks: int, part: DestinationRange | None = None) -> list[DestinationChunk]:
+        """Destination-chunk plan of ``part`` (default: all edges) for ``num_chunks``, built once per chunk count,
+        range and device, then reused. Chunk rows and edges count from the start of ``part``."""
+        part = part or self.destinations(0, self.num_dst)
+        key = (num_chunks, part.dst_start, part.dst_stop, self.edge_index.device)
         if key not in self._chunks:
-            self._chunks[key] = plan_destination_chunks(self.sorted_edges(), num_chunks)
+            self._chunks[key] = plan_destination_chunks(part.edges, num_chunks)
         return self._chunks[key]
 
     def planned_chunk_counts(self) -> list[int]:
         """Chunk counts planned so far."""
-        return sorted({count for count, _ in self._chunks})
+        return sorted({key[0] for key in self._chunks})

@@ -9,9 +9,11 @@ from torch import Tensor, nn
 from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import ModelConfig
+from anemo_like.distributed.primitives import gather_nodes
 from anemo_like.models.mapper import GraphTransformerMapper
 from anemo_like.models.node_features import NodeFeatures
 from anemo_like.models.processor import GraphTransformerProcessor, TransformerProcessor
+from anemo_like.models.sharding import ModelShard
 
 ENCODER_EDGES = ("data", "to", "hidden")
 PROCESSOR_EDGES = ("hidden", "to", "hidden")
@@ -34,6 +36,9 @@ class ForecastModel(nn.Module):
 
     Input (B, T, G, V_in) -> output (B, G, V_out). The last input state is added to the prognostic outputs, so
     the network predicts the tendency of prognostic variables and the value of diagnostic ones.
+
+    Sharded over a model group (:func:`anemo_like.distributed.parallelize.shard_model`), every rank takes the
+    whole input, computes its blocks of hidden and grid nodes, and returns the whole output (gathered).
     """
 
     def __init__(self, *, config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int) -> None:
@@ -44,6 +49,7 @@ class ForecastModel(nn.Module):
                 f"num_chunks of {unresolved} is 'auto': resolve it first (models.memory_model.resolve_auto_chunks)"
             )
         self.layout = layout
+        self.shard = ModelShard()
         self.latent_skip = config.latent_skip
         channels, heads, ratio = config.num_channels, config.num_heads, config.mlp_hidden_ratio
         backend = config.graph_attention_backend
@@ -58,6 +64,7 @@ class ForecastModel(nn.Module):
                 channels=channels,
                 edge_attr=store.edge_attr,
                 edge_index=store.edge_index,
+                num_src=graph[edges[0]].num_nodes,
                 num_dst=num_dst,
                 trainable_edge_size=config.trainable.edges,
                 num_heads=heads,
@@ -72,8 +79,10 @@ class ForecastModel(nn.Module):
             src_in_channels=data_in,
             dst_in_channels=self.hidden_features.num_features,
             out_channels=None,
+            sources_sharded=False,
             num_chunks=config.encoder.num_chunks,
             gradient_checkpointing=config.encoder.gradient_checkpointing,
+            shard_strategy=config.encoder.shard_strategy,
         )
         if config.processor.type == "graphtransformer":
             if PROCESSOR_EDGES not in graph.edge_types:
@@ -90,10 +99,12 @@ class ForecastModel(nn.Module):
                 mlp_hidden_ratio=ratio,
                 gradient_checkpointing=config.processor.gradient_checkpointing,
                 backend=backend,
+                shard_strategy=config.processor.shard_strategy,
             )
         else:
             self.processor = TransformerProcessor(
                 channels=channels,
+                num_nodes=num_hidden,
                 num_layers=config.processor.num_layers,
                 num_chunks=config.processor.num_chunks,
                 num_heads=heads,
@@ -108,8 +119,10 @@ class ForecastModel(nn.Module):
             src_in_channels=None,
             dst_in_channels=data_in,
             out_channels=layout.num_output,
+            sources_sharded=True,
             num_chunks=config.decoder.num_chunks,
             gradient_checkpointing=config.decoder.gradient_checkpointing,
+            shard_strategy=config.decoder.shard_strategy,
         )
         self.register_buffer("prognostic_input", torch.tensor(layout.prognostic_input, dtype=torch.long))
         self.register_buffer("prognostic_output", torch.tensor(layout.prognostic_output, dtype=torch.long))
@@ -122,11 +135,13 @@ class ForecastModel(nn.Module):
         """x: (B, T, G, V_in) normalised -> (B, G, V_out) normalised."""
         batch, _, grid, _ = x.shape
         x_data = torch.cat([x.transpose(1, 2).reshape(batch, grid, -1), self.data_features(batch)], dim=-1)
-        latent = self.encoder(x_data, self.hidden_features(batch))
+        hidden = self.hidden_features(batch)
+        latent = self.encoder(x_data, hidden[:, slice(*self.shard.block(hidden.shape[1]))])
         processed = self.processor(latent)
         if self.latent_skip:
             processed = processed + latent
-        out = self.decoder(processed, x_data)
+        out = self.decoder(processed, x_data[:, slice(*self.shard.block(grid))])
+        out = gather_nodes(out, self.shard.group, self.shard.sizes(grid))
         residual = x[:, -1].index_select(-1, self.prognostic_input)
         out = out.index_add(-1, self.prognostic_output, residual)
         if self.output_floor is not None:

@@ -10,10 +10,14 @@ Backends (``model.graph_attention_backend``):
   node-sized tensors, the small edge features and the per-node log-sum-exp; the edge embedding, scores, weights
   and messages exist for one block at a time and are recomputed in backward.
 - ``reference``: the same maths as ordinary autograd ops over all edges at once (keeps every per-edge tensor).
+- ``triton``: fused Triton kernels (``triton_graph_attention``) on CUDA; where they cannot run (no GPU, no
+  triton) the ``torch`` backend runs instead and one log line says why (``model.strict_backends`` makes it an
+  error at setup: ``models/backends.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -21,7 +25,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from anemo_like.models.chunking import EdgeBlock, SortedEdges
+from anemo_like.models.triton_graph_attention import graph_attention_triton, triton_unavailable_reason
 from anemo_like.models.workspace import scratch
+
+LOG = logging.getLogger(__name__)
+_reported: set[str] = set()  # fallback reasons already logged
 
 BLOCK_ELEMENTS = 1 << 18
 """Per-edge tensors of one block hold at most about this many elements (1 MiB in fp32), whatever B, H and C."""
@@ -194,4 +202,29 @@ def graph_attention_torch(
     return _BlockedGraphAttention.apply(q, k, v, edge_attr, weight, bias, blocks)
 
 
-GRAPH_ATTENTION_BACKENDS = {"torch": graph_attention_torch, "reference": graph_attention_reference}
+def graph_attention_triton_or_torch(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    edge_attr: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    edges: SortedEdges,
+    *,
+    min_blocks: int = 1,
+) -> Tensor:
+    """The Triton kernels where they can run on ``q``'s device, else the ``torch`` backend (logged once per reason)."""
+    reason = triton_unavailable_reason(q.device)
+    if reason is None:
+        return graph_attention_triton(q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks)
+    if reason not in _reported:
+        _reported.add(reason)
+        LOG.warning("graph attention backend triton cannot run here: %s; using torch", reason)
+    return graph_attention_torch(q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks)
+
+
+GRAPH_ATTENTION_BACKENDS = {
+    "torch": graph_attention_torch,
+    "reference": graph_attention_reference,
+    "triton": graph_attention_triton_or_torch,
+}

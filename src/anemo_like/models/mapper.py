@@ -4,17 +4,26 @@ The encoder maps data nodes to hidden (mesh) nodes, the decoder maps hidden node
 split into contiguous chunks of destination nodes; because edges are sorted by destination, each chunk owns one
 contiguous edge slice. A chunk embeds only the source rows it references, runs the block and writes its rows of
 one preallocated output. Each chunk is checkpointed, so backward holds one chunk's edge messages at a time.
+
+Sharded over a model group (``shard``), each rank computes its block of destination rows. ``edges`` strategy:
+the rank runs the chunks of its own block's edges over the full source features (gathered first when the
+sources arrive sharded). ``heads`` strategy: the rank projects its block of sources and destinations and
+attends over the whole graph for its share of the heads (edges cut into ``num_chunks`` blocks, no destination
+chunks).
 """
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 
+from anemo_like.config.schema import ShardStrategy
+from anemo_like.distributed.primitives import gather_nodes
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import maybe_checkpoint
 from anemo_like.models.chunking import DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.sharding import HeadSplit, ModelShard
 
 
 class GraphTransformerMapper(nn.Module):
@@ -29,16 +38,23 @@ class GraphTransformerMapper(nn.Module):
         out_channels: int | None,
         edge_attr: Tensor,
         edge_index: Tensor,
+        num_src: int,
         num_dst: int,
+        sources_sharded: bool,
         trainable_edge_size: int,
         num_heads: int,
         mlp_hidden_ratio: float,
         num_chunks: int,
         gradient_checkpointing: bool,
         backend: str,
+        shard_strategy: ShardStrategy = "edges",
     ) -> None:
+        """``sources_sharded``: sources arrive as this rank's node block (decoder), not replicated (encoder)."""
         super().__init__()
-        self.num_dst = num_dst
+        self.num_src, self.num_dst = num_src, num_dst
+        self.sources_sharded = sources_sharded
+        self.shard_strategy = shard_strategy
+        self.shard = ModelShard()
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
         self.edges = EdgeFeatures(
@@ -61,22 +77,38 @@ class GraphTransformerMapper(nn.Module):
         )
         self.out_channels = out_channels or channels
 
-    def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk) -> Tensor:
+    def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk, edge_offset: int) -> Tensor:
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
         dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
-        edge_attr = self.edges(slice(chunk.edge_start, chunk.edge_stop))
+        edge_attr = self.edges(slice(edge_offset + chunk.edge_start, edge_offset + chunk.edge_stop))
         return self.head(self.block(src, dst, edge_attr, chunk.edges))
 
+    def _run_heads(self, x_src: Tensor, x_dst: Tensor, min_blocks: int) -> Tensor:
+        heads = HeadSplit.of(self.shard, self.num_src, self.num_dst)
+        block = self.block(
+            self.embed_src(x_src), self.embed_dst(x_dst), self.edges(), self.edges.sorted_edges(), min_blocks, heads
+        )
+        return self.head(block)
+
     def forward(self, x_src: Tensor, x_dst: Tensor) -> Tensor:
-        """x_src: (B, N_src, src_in), x_dst: (B, N_dst, dst_in) -> (B, N_dst, out_channels).
+        """x_src: (B, N_src, src_in) (or this rank's block of it when ``sources_sharded``), x_dst: (B, n_dst, dst_in)
+        this rank's destination block -> (B, n_dst, out_channels).
 
         In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER]`` overrides the configured chunk count.
         """
-        out = x_dst.new_empty(x_dst.shape[0], self.num_dst, self.out_channels)
         checkpointing = self.gradient_checkpointing and self.training
         num_chunks = self.num_chunks if self.training else inference_num_chunks("MAPPER") or self.num_chunks
-        for chunk in self.edges.chunks(num_chunks):
+        shard = self.shard
+        if self.shard_strategy == "heads" and shard.size > 1:
+            if not self.sources_sharded:
+                x_src = x_src[:, slice(*shard.block(self.num_src))]
+            return maybe_checkpoint(checkpointing, self._run_heads, x_src, x_dst, num_chunks)
+        if self.sources_sharded:
+            x_src = gather_nodes(x_src, shard.group, shard.sizes(self.num_src))
+        part = self.edges.destinations(*shard.block(self.num_dst))
+        out = x_dst.new_empty(x_dst.shape[0], part.dst_stop - part.dst_start, self.out_channels)
+        for chunk in self.edges.chunks(num_chunks, part):
             out[:, chunk.dst_start : chunk.dst_stop] = maybe_checkpoint(
-                checkpointing, self._run_chunk, x_src, x_dst, chunk
+                checkpointing, self._run_chunk, x_src, x_dst, chunk, part.edge_start
             )
         return out

@@ -3,17 +3,25 @@
 ``GraphTransformerProcessor`` attends over the multi-scale mesh edges; ``TransformerProcessor`` attends over
 a sliding window of hidden nodes in their index order. Layers are grouped into ``num_chunks`` checkpoint
 segments, so backward stores the inputs of each segment only.
+
+Sharded over a model group, each rank updates its block of hidden nodes. The graph transformer shards by
+``edges`` (each layer exchanges the halo of source rows its block's edges read from other ranks) or by
+``heads``; the sliding-window transformer shards by heads.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
+from anemo_like.config.schema import ShardStrategy
+from anemo_like.distributed.primitives import HaloPlan, halo_exchange, plan_halo
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.checkpointing import run_layer_segments
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.sharding import HeadSplit, ModelShard
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
 from anemo_like.models.window_attention import Backend
 
@@ -25,8 +33,22 @@ class _ProcessorLayer(nn.Module):
         super().__init__()
         self.block = block
 
-    def forward(self, x: Tensor, *, edge_attr: Tensor, edges: SortedEdges, min_blocks: int) -> Tensor:
-        return self.block(x, x, edge_attr, edges, min_blocks)
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        edge_attr: Tensor,
+        edges: SortedEdges,
+        min_blocks: int,
+        halo: HaloPlan | None,
+        heads: HeadSplit | None,
+        shard: ModelShard,
+    ) -> Tensor:
+        """x: (B, n, C), this rank's node block; with ``halo``, edge sources index ``cat([x, halo rows])``."""
+        x_src = x
+        if halo is not None:
+            x_src = torch.cat([x, halo_exchange(x, shard.group, halo.send_index, halo.recv_counts)], dim=1)
+        return self.block(x_src, x, edge_attr, edges, min_blocks, heads)
 
 
 class GraphTransformerProcessor(nn.Module):
@@ -44,10 +66,15 @@ class GraphTransformerProcessor(nn.Module):
         mlp_hidden_ratio: float,
         gradient_checkpointing: bool,
         backend: str,
+        shard_strategy: ShardStrategy = "edges",
     ) -> None:
         super().__init__()
+        self.num_nodes = num_nodes
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
+        self.shard_strategy = shard_strategy
+        self.shard = ModelShard()
+        self._halo: dict[tuple[int, int, torch.device], tuple[HaloPlan, SortedEdges]] = {}
         self.edges = EdgeFeatures(
             edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size, num_dst=num_nodes
         )
@@ -65,20 +92,45 @@ class GraphTransformerProcessor(nn.Module):
             for _ in range(num_layers)
         )
 
+    def _halo_edges(self) -> tuple[HaloPlan, SortedEdges]:
+        """This rank's halo plan and its edges with sources numbered in ``cat([x_block, halo])`` (planned once,
+        collectively, at the first forward)."""
+        shard = self.shard
+        part = self.edges.destinations(*shard.block(self.num_nodes))
+        key = (part.dst_start, part.dst_stop, part.edges.src.device)
+        if key not in self._halo:
+            plan = plan_halo(part.edges.src, shard.bounds(self.num_nodes), shard.rank, shard.group)
+            local = SortedEdges(torch.stack([plan.edge_src, part.edges.dst]), part.edges.num_dst)
+            self._halo[key] = plan, local
+        return self._halo[key]
+
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, N_hidden, C) -> (B, N_hidden, C).
+        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (all of them on one rank).
 
         In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_PROCESSOR]`` splits each layer's edges into at least that
         many destination blocks (``torch`` attention backend).
         """
+        shard, halo, heads = self.shard, None, None
+        if shard.size == 1:
+            edges, edge_attr = self.edges.sorted_edges(), self.edges()
+        elif self.shard_strategy == "heads":
+            edges, edge_attr = self.edges.sorted_edges(), self.edges()
+            heads = HeadSplit.of(shard, self.num_nodes, self.num_nodes)
+        else:
+            part = self.edges.destinations(*shard.block(self.num_nodes))
+            halo, edges = self._halo_edges()
+            edge_attr = self.edges(slice(part.edge_start, part.edge_stop))
         return run_layer_segments(
             self.layers,
             x,
             num_segments=self.num_chunks,
             checkpointing=self.gradient_checkpointing and self.training,
-            edge_attr=self.edges(),
-            edges=self.edges.sorted_edges(),
+            edge_attr=edge_attr,
+            edges=edges,
             min_blocks=1 if self.training else inference_num_chunks("PROCESSOR") or 1,
+            halo=halo,
+            heads=heads,
+            shard=shard,
         )
 
 
@@ -87,6 +139,7 @@ class TransformerProcessor(nn.Module):
         self,
         *,
         channels: int,
+        num_nodes: int,
         num_layers: int,
         num_chunks: int,
         num_heads: int,
@@ -96,8 +149,10 @@ class TransformerProcessor(nn.Module):
         gradient_checkpointing: bool,
     ) -> None:
         super().__init__()
+        self.num_nodes = num_nodes
         self.num_chunks = num_chunks
         self.gradient_checkpointing = gradient_checkpointing
+        self.shard = ModelShard()
         self.layers = nn.ModuleList(
             SlidingWindowTransformerLayer(
                 channels=channels,
@@ -110,7 +165,11 @@ class TransformerProcessor(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, N_hidden, C) -> (B, N_hidden, C)."""
+        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (heads split over the model group)."""
         return run_layer_segments(
-            self.layers, x, num_segments=self.num_chunks, checkpointing=self.gradient_checkpointing and self.training
+            self.layers,
+            x,
+            num_segments=self.num_chunks,
+            checkpointing=self.gradient_checkpointing and self.training,
+            heads=HeadSplit.of(self.shard, self.num_nodes, self.num_nodes),
         )

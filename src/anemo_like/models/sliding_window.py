@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from anemo_like.models.sharding import HeadSplit
 from anemo_like.models.window_attention import Backend, requested_backend, window_attention
 
 
@@ -30,10 +31,16 @@ class SlidingWindowTransformerLayer(nn.Module):
         self.norm_mlp = nn.LayerNorm(channels)
         self.mlp = nn.Sequential(nn.Linear(channels, hidden), nn.GELU(), nn.Linear(hidden, channels))
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (B, N, C) -> (B, N, C)."""
-        q, k, v = self.qkv(self.norm_attention(x)).unflatten(-1, (3, self.num_heads, -1)).permute(2, 0, 3, 1, 4)
+    def forward(self, x: Tensor, heads: HeadSplit | None = None) -> Tensor:
+        """x: (B, N, C) -> (B, N, C); with ``heads``, x is this rank's node block and attention runs over all nodes
+        for this rank's share of the heads."""
+        qkv = self.qkv(self.norm_attention(x)).unflatten(-1, (3, self.num_heads, -1)).transpose(2, 3)  # B,N,H,3,C
+        if heads is not None:
+            qkv = heads.to_heads(qkv.flatten(-2), source=True).unflatten(-1, (3, -1))  # (B, N, H / P, 3, C)
+        q, k, v = qkv.permute(3, 0, 2, 1, 4)  # each (B, H, N, C)
         backend = requested_backend(self.attention_implementation, training=self.training)
-        attended = window_attention(q, k, v, window=self.window_size, backend=backend)
-        x = x + self.projection(attended.transpose(1, 2).flatten(-2))
+        attended = window_attention(q, k, v, window=self.window_size, backend=backend).transpose(1, 2)
+        if heads is not None:
+            attended = heads.to_nodes(attended)
+        x = x + self.projection(attended.flatten(-2))
         return x + self.mlp(self.norm_mlp(x))

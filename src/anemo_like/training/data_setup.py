@@ -79,13 +79,23 @@ class DataSetup:
         return self.roles.sample_positions(self.roles.output)
 
     def train_loader(
-        self, *, batch_size: int, num_workers: int, seed: int, start_sample: int, rank: int = 0, world_size: int = 1
+        self,
+        *,
+        batch_size: int,
+        num_workers: int,
+        seed: int,
+        start_sample: int,
+        rank: int = 0,
+        world_size: int = 1,
+        grid: tuple[int, int] | None = None,
     ) -> DataLoader:
-        """``start_sample`` is the global position (steps done × batch_size × world_size)."""
+        """Batches of data-parallel instance ``rank`` of ``world_size``; ``start_sample`` is the global position
+        (steps done × batch_size × world_size); ``grid``: read only grid points [start, stop)."""
         sampler = ResumableShuffleSampler(
             len(self.train), seed=seed, start=start_sample, batch_size=batch_size, rank=rank, world_size=world_size
         )
-        return DataLoader(self.train, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True)
+        dataset = self.train if grid is None else self.train.with_grid(*grid)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True)
 
     def val_loader(self, *, batch_size: int, num_workers: int) -> DataLoader:
         return DataLoader(self.val, batch_size=batch_size, shuffle=False, num_workers=num_workers)

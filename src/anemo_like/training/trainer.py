@@ -14,10 +14,9 @@ import torch
 
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.distributed.data_parallel import (
+    GradientBuckets,
     any_rank,
-    average_gradients,
     barrier,
-    broadcast_parameters,
     mean_over_ranks,
     release_process_group,
 )
@@ -28,8 +27,13 @@ from anemo_like.distributed.environment import (
     rank_zero_value,
     select_device,
 )
+from anemo_like.distributed.groups import build_process_groups
+from anemo_like.distributed.parallelize import parallelize
+from anemo_like.distributed.primitives import gather_nodes, node_shard_bounds
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
+from anemo_like.models.backends import check_backends
+from anemo_like.models.compile import compile_modules
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.models.heap_release import set_heap_release
 from anemo_like.models.inference_chunks import check_inference_environment
@@ -118,11 +122,14 @@ class Trainer:
         self.launch = launch_environment()
         self.is_main = self.launch.rank == 0
         self.device = select_device(config.system.hardware.accelerator, self.launch.local_rank)
+        hardware = config.system.hardware
         if self.launch.distributed:
-            init_process_group(
-                self.launch, self.device, timeout_minutes=config.system.hardware.collective_timeout_minutes
-            )
+            init_process_group(self.launch, self.device, timeout_minutes=hardware.collective_timeout_minutes)
             self.run_dir = Path(rank_zero_value(str(self.run_dir), self.launch))  # one run folder for all ranks
+        self.groups = build_process_groups(
+            self.launch.world_size, self.launch.rank, hardware.num_gpus_per_model, config.dataloader.read_group_size
+        )
+        self.validates = self.groups.dp_rank == 0  # the ranks of model instance 0 validate; rank 0 writes
         with main_rank_first(self.launch):  # rank 0 generates the built-in dataset and caches the graph
             self.data: DataSetup = setup_data(config)
             cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
@@ -136,14 +143,29 @@ class Trainer:
                 processor_edges=config.model.processor.type == "graphtransformer",
             )
         check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
+        check_backends(config.model, self.device)
         self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
         if self.device.type == "cpu":
             set_heap_release(config.system.hardware.release_cpu_heap_mib)
         self.model = ForecastModel(
             config=config.model, graph=self.graph, layout=self.data.layout, multistep=config.training.multistep_input
         ).to(self.device)
-        broadcast_parameters(self.model)
+        parallelize(self.model, self.groups, broadcast_buffers=hardware.broadcast_buffers)
+        if config.model.compile:
+            compile_modules(
+                self.model,
+                config.model.compile,
+                recompile_limit=config.model.recompile_limit,
+                on_error=config.model.compile_on_error,
+            )
+        # several ranks: gradients in flat buckets, averaged in place; one process: freed between steps
+        self.gradients = (
+            GradientBuckets(self.model.parameters(), bucket_cap_mb=hardware.bucket_cap_mb)
+            if self.launch.world_size > 1
+            else None
+        )
         opt = config.training.optimizer
+        self.lr_factor = {"none": 1.0, "linear": self.groups.dp_size, "sqrt": self.groups.dp_size**0.5}[opt.lr_scaling]
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
         )
@@ -166,6 +188,19 @@ class Trainer:
             self.device,
             self.run_dir,
         )
+        if self.launch.world_size > 1:
+            LOG.info(
+                "%d ranks: %d model instance(s) of %d rank(s) (encoder %s, processor %s, decoder %s sharding), "
+                "samples read by groups of %d rank(s)%s",
+                self.launch.world_size,
+                self.groups.dp_size,
+                self.groups.model_size,
+                config.model.encoder.shard_strategy,
+                config.model.processor.shard_strategy,
+                config.model.decoder.shard_strategy,
+                self.groups.reader_size,
+                f", lr x {self.lr_factor:.3g} ({opt.lr_scaling})" if self.lr_factor != 1 else "",
+            )
 
     def _resolve_chunks(self, config: RunConfig) -> ModelConfig:
         """The model config with ``num_chunks: auto`` replaced by counts that fit the memory budget."""
@@ -227,7 +262,7 @@ class Trainer:
         cfg = self.config.training
         steps = rollout_steps(self.step, config=cfg.rollout)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step, config=cfg.optimizer, max_steps=cfg.max_steps)
+            group["lr"] = self.lr_factor * learning_rate(self.step, config=cfg.optimizer, max_steps=cfg.max_steps)
         loss = torch.zeros((), device=self.device)
         predictions = rollout(
             self.model,
@@ -240,11 +275,15 @@ class Trainer:
         )
         for prediction, target in predictions:
             loss = loss + self.loss_fn(prediction, target) / steps
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.gradients is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.gradients.zero()
         self.clock.switch("decoder backward")
         loss.backward()
         self.clock.switch("optimizer step")
-        average_gradients(self.model, bucket_cap_mb=self.config.system.hardware.bucket_cap_mb)
+        if self.gradients is not None:
+            self.gradients.average()
         if cfg.optimizer.gradient_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm)
         self.optimizer.step()
@@ -275,15 +314,18 @@ class Trainer:
         """Train to ``training.max_steps``; returns the outputs on rank 0 (None on other data-parallel ranks)."""
         cfg = self.config
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main)
-        world = self.launch.world_size
+        instances, readers = self.groups.dp_size, self.groups.reader_size
+        grid_bounds = node_shard_bounds(self.graph["data"].num_nodes, readers)
         loader = self.data.train_loader(
             batch_size=cfg.dataloader.batch_size.train,
             num_workers=cfg.dataloader.num_workers.train,
             seed=cfg.training.seed,
-            start_sample=self.step * cfg.dataloader.batch_size.train * world,
-            rank=self.launch.rank,
-            world_size=world,
+            start_sample=self.step * cfg.dataloader.batch_size.train * instances,
+            rank=self.groups.dp_rank,
+            world_size=instances,
+            grid=grid_bounds[self.groups.reader_rank] if readers > 1 else None,
         )
+        grid_sizes = [stop - start for start, stop in grid_bounds]
         progress = Progress(
             total=cfg.training.max_steps, start=self.step, enabled=cfg.diagnostics.progress_bar and self.is_main
         )
@@ -311,6 +353,7 @@ class Trainer:
                 if recorder is not None:
                     recorder.step_started(self.step - first_step)
                 batch = next(batches).to(self.device, non_blocking=True)
+                batch = gather_nodes(batch, self.groups.reader_group, grid_sizes, dim=2)  # each rank read a slice
                 loss_sum += self._train_step(batch)
                 loss_count += 1
                 self.step += 1
@@ -344,7 +387,7 @@ class Trainer:
                     )
                     raise Preempted
                 if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
-                    if self.is_main:
+                    if self.validates:
                         result = self.validate()
                         metrics.write({"step": self.step, **result.as_record()})
                     barrier()
@@ -362,18 +405,25 @@ class Trainer:
         progress.close()
         if recorder is not None:
             recorder.close()
-        if not self.is_main:  # rank 0 validates and writes the run's outputs
-            release_process_group()
-            return None
-        if result is None:  # resumed at or past max_steps: score the checkpoint (e.g. on data.val_dataset)
+        if self.validates and result is None:  # resumed at or past max_steps: score the checkpoint
             result = self.validate()
             metrics.write({"step": self.step, **result.as_record()})
-        outputs = self._finish(result, metrics, time.perf_counter() - started)
+        sample = self._forecast_sample() if self.validates and cfg.diagnostics.plots else None
+        if not self.is_main:  # rank 0 writes the run's outputs
+            release_process_group()
+            return None
+        outputs = self._finish(result, metrics, time.perf_counter() - started, sample)
         release_process_group()
         return outputs
 
     # ---------------------------------------------------------------------------------------- outputs
-    def _finish(self, result: ValidationResult, metrics: MetricsLog, seconds: float) -> RunOutputs:
+    def _finish(
+        self,
+        result: ValidationResult,
+        metrics: MetricsLog,
+        seconds: float,
+        sample: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> RunOutputs:
         inference_path = self.run_dir / "inference.pt"
         save_inference_checkpoint(
             inference_path,
@@ -395,7 +445,7 @@ class Trainer:
                 climatology=result.climatology_rmse,
                 path=self.run_dir / "rmse_by_lead.png",
             )
-            self._plot_forecast()
+            self._plot_forecast(*sample)
         peak = peak_rss_mib()
         LOG.info(
             "trained to step %d in %.0f s, peak memory %s MiB\nvalidation (%d samples):\n%s\n%s\n"
@@ -414,9 +464,9 @@ class Trainer:
         return RunOutputs(self.run_dir, self.checkpoint_path, inference_path, metrics.path, result)
 
     @torch.no_grad()
-    def _plot_forecast(self) -> None:
-        roles = self.data.roles
-        name = self.config.diagnostics.plot_variable or roles.prognostic[0]
+    def _forecast_sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first validation sample's first-lead (prediction, target), (B, G, V_out) each (every rank of a
+        sharded model instance takes part)."""
         self.model.eval()
         batch = self.data.val[0].unsqueeze(0).to(self.device)
         prediction, target = next(
@@ -427,10 +477,15 @@ class Trainer:
                 steps=1,
                 input_positions=self.data.input_positions,
                 output_positions=self.data.output_positions,
-                num_prognostic=len(roles.prognostic),
+                num_prognostic=len(self.data.roles.prognostic),
             )
         )
         self.model.train()
+        return prediction, target
+
+    def _plot_forecast(self, prediction: torch.Tensor, target: torch.Tensor) -> None:
+        roles = self.data.roles
+        name = self.config.diagnostics.plot_variable or roles.prognostic[0]
         v = roles.output.index(name)
         r = roles.read.index(name)
         to_physical = self.data.normalizer.scale[r], self.data.normalizer.offset[r]
