@@ -180,7 +180,7 @@ def main() -> None:
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--mapper-chunks", type=int, default=4)
     p.add_argument("--processor", choices=["graphtransformer", "transformer"], default="graphtransformer")
-    p.add_argument("--compile", nargs="*", default=["torch.nn.LayerNorm"], help="classes for model.compile")
+    p.add_argument("--compile", nargs="*", default=["anemo_like.models.mlp.MLP"], help="classes for model.compile")
     p.add_argument("--compile-options", type=json.loads, default={}, help="JSON, e.g. '{\"dynamic\": false}'")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="part 1 only")
     p.add_argument("--threads", type=int, default=0)

@@ -4,13 +4,14 @@ and each strategy. Prints ONE JSON line.
 
 For every P in --ranks and every strategy in --strategies, P processes (gloo, one torch thread each) build the
 same model, shard it (``system.hardware.num_gpus_per_model = P``) and time forward + backward + gradient
-reduction of an MSE loss on random inputs. Bytes are counted, not estimated: every ``all_to_all_single`` and
-``all_reduce`` a rank issues during the timed steps is intercepted and the bytes it sends to other ranks are
-summed, split into activations (sharding collectives) and gradients (the reduction after backward). Memory is
-the rise of VmHWM over the RSS before the first step; CPU seconds are per rank (several ranks share the 2 cores here,
-so wall times of P > 2 are inflated; compare CPU seconds). Peak memory counts from before the warm-up step,
-with the CPU heap released at chunk boundaries as in training; one more step under the live-tensor tracker gives
-the peak of tensors alive at once (no allocator effects). Reference size (about 7 minutes on 2 cores):
+reduction of an MSE loss on random inputs. Bytes are counted from the calls, not estimated from the model: every
+``all_to_all_single`` and ``all_reduce`` a rank issues during the timed steps is intercepted; an all-to-all
+counts the rows it sends to other ranks, an all-reduce the ``2 (P - 1) / P`` of its tensor that a ring
+all-reduce sends. They are summed into activations (sharding collectives) and gradients (the reduction after
+backward). Memory is the rise of VmHWM over the RSS before the first (warm-up) step, with the CPU heap released
+at chunk boundaries as in training; one more step under the live-tensor tracker gives the peak of tensors alive
+at once (no allocator effects). CPU seconds are per rank (several ranks share the 2 cores here, so wall times of
+P > 2 are inflated). Reference size (about 4 minutes on 2 cores):
 
     python benchmarks/sharding.py --grid 96x192 --mesh-res 4 --channels 256 --layers 8 --heads 16
 """

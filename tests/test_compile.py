@@ -185,3 +185,19 @@ def test_torch_builtin_class_is_really_compiled(small_graph) -> None:
 def test_recompile_limit_is_applied(small_graph) -> None:
     compile_modules(make_model(small_graph, **SMALL), entries(BLOCK), recompile_limit=3)
     assert torch._dynamo.config.recompile_limit == 3
+
+
+def test_anemo_train_compiles_the_configured_classes(tmp_path, compose_run, caplog) -> None:
+    """The trainer applies ``model.compile`` from the config: the node MLP (traced as plain ops when compiled)."""
+    from anemo_like.training.trainer import Trainer
+
+    overrides = [
+        "training.max_steps=2",
+        "diagnostics.plots=false",
+        "model.compile=[{module: anemo_like.models.mlp.MLP}]",
+    ]
+    with caplog.at_level(logging.INFO, logger="anemo_like.models.compile"):
+        outputs = Trainer(compose_run(tmp_path, overrides)).fit()
+    assert "model.compile: compiling anemo_like.models.mlp.MLP (" in caplog.text
+    assert "first call of anemo_like.models.mlp.MLP at encoder.block.mlp took" in caplog.text
+    assert outputs.metrics.exists()

@@ -158,3 +158,10 @@ def test_hs_t21_config_trains_on_the_real_anemoi_dataset(tmp_path, compose_run) 
     persistence = dict(zip(result.variables, result.persistence_rmse[0], strict=True))
     assert persistence["z_500"] == pytest.approx(130.0, rel=0.2)
     assert persistence["t_850"] == pytest.approx(0.677, rel=0.2)
+
+
+def test_learning_rate_scales_with_the_number_of_model_instances() -> None:
+    from anemo_like.training.schedule import learning_rate_scale
+
+    assert [learning_rate_scale(rule, 4) for rule in ("none", "linear", "sqrt")] == [1.0, 4.0, 2.0]
+    assert learning_rate_scale("linear", 1) == learning_rate_scale("sqrt", 1) == 1.0

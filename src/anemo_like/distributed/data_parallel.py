@@ -39,12 +39,13 @@ def broadcast_parameters(model: nn.Module, *, buffers: bool = True) -> None:
 
 
 class GradientBuckets:
-    """Every parameter's gradient is a view into one of a few flat buffers of at most ``bucket_cap_mb``, so
-    averaging over the ranks is one in-place all-reduce per buffer: no copies in and out, no transient buffer.
+    """Every parameter's gradient is a view into one of a few flat buffers of about ``bucket_cap_mb`` (a buffer
+    closes once it reaches the cap), so averaging over the ranks is one in-place all-reduce per buffer: no copies
+    in and out, no transient buffer.
 
-    Call :meth:`zero` instead of ``optimizer.zero_grad`` (the views must stay attached); backward accumulates
-    into them. A parameter left without a gradient in a step contributes zeros, so every rank reduces the same
-    buffers in the same order.
+    Call :meth:`zero` before each backward (it attaches the views again); backward accumulates into them. A
+    parameter left without a gradient in a step contributes zeros, so every rank reduces the same buffers in the
+    same order.
     """
 
     def __init__(self, parameters: Iterable[nn.Parameter], *, bucket_cap_mb: float) -> None:
@@ -55,15 +56,22 @@ class GradientBuckets:
                 groups.append([])
             groups[-1].append(p)
         self.buffers: list[torch.Tensor] = []
+        self.views: list[tuple[nn.Parameter, torch.Tensor]] = []
         for group in groups:
+            if len({(p.dtype, p.device) for p in group}) > 1:
+                raise ValueError("gradient buckets need parameters of one dtype and device")
             flat = torch.zeros(sum(p.numel() for p in group), dtype=group[0].dtype, device=group[0].device)
             offset = 0
             for p in group:
-                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                self.views.append((p, flat[offset : offset + p.numel()].view_as(p)))
                 offset += p.numel()
             self.buffers.append(flat)
+        self.zero()
 
     def zero(self) -> None:
+        """Zero every gradient, attaching the views again (``zero_grad(set_to_none=True)`` would detach them)."""
+        for p, view in self.views:
+            p.grad = view
         for flat in self.buffers:
             flat.zero_()
 

@@ -21,6 +21,12 @@ from anemo_like.models.sharding import ModelShard
 def shard_model(model: ForecastModel, groups: ProcessGroups) -> ModelShard:
     """Run ``model`` across this rank's model group (nothing changes for a group of one)."""
     shard = ModelShard(groups.model_group, groups.model_rank, groups.model_size)
+    smallest = min(model.encoder.num_src, model.encoder.num_dst)
+    if smallest < shard.size:
+        raise ValueError(
+            f"system.hardware.num_gpus_per_model={shard.size} needs at least as many grid and mesh nodes as ranks, "
+            f"the graph has {model.encoder.num_src} grid and {model.encoder.num_dst} mesh nodes"
+        )
     for module in (model, model.encoder, model.processor, model.decoder):
         module.shard = shard
     return shard

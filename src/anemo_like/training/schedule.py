@@ -16,6 +16,11 @@ def learning_rate(step: int, *, config: OptimizerConfig, max_steps: int) -> floa
     return config.lr_min + 0.5 * (config.lr - config.lr_min) * (1 + math.cos(math.pi * progress))
 
 
+def learning_rate_scale(rule: str, instances: int) -> float:
+    """Factor on ``lr`` and ``lr_min`` for ``instances`` data-parallel model instances: none, linear or sqrt."""
+    return {"none": 1.0, "linear": float(instances), "sqrt": math.sqrt(instances)}[rule]
+
+
 def rollout_steps(step: int, *, config: RolloutConfig) -> int:
     """Autoregressive steps in the loss at ``step``: start, +1 every ``increase_every`` steps, capped at max."""
     if config.increase_every == 0:

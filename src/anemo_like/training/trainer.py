@@ -60,7 +60,7 @@ from anemo_like.training.plots import plot_forecast_map, plot_loss_curve, plot_r
 from anemo_like.training.preemption import Preempted, PreemptionSignal
 from anemo_like.training.progress import Progress
 from anemo_like.training.rollout import rollout
-from anemo_like.training.schedule import learning_rate, rollout_steps
+from anemo_like.training.schedule import learning_rate, learning_rate_scale, rollout_steps
 from anemo_like.training.validation import ValidationResult, validate
 
 LOG = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Trainer:
             else None
         )
         opt = config.training.optimizer
-        self.lr_factor = {"none": 1.0, "linear": self.groups.dp_size, "sqrt": self.groups.dp_size**0.5}[opt.lr_scaling]
+        self.lr_factor = learning_rate_scale(opt.lr_scaling, self.groups.dp_size)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
         )
@@ -188,7 +188,7 @@ class Trainer:
             self.device,
             self.run_dir,
         )
-        if self.launch.world_size > 1:
+        if self.launch.world_size > 1 and self.is_main:
             LOG.info(
                 "%d ranks: %d model instance(s) of %d rank(s) (encoder %s, processor %s, decoder %s sharding), "
                 "samples read by groups of %d rank(s)%s",
@@ -208,12 +208,16 @@ class Trainer:
             return config.model
         multistep = config.training.multistep_input
         budget_gb = config.system.hardware.memory_budget_gb
+        budget = int(budget_gb * 2**30) if budget_gb else device_memory_bytes(self.device)
+        # every rank must choose the same chunks (their collectives pair up): rank 0's budget decides; the
+        # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more chunks
+        budget = int(rank_zero_value(str(budget), self.launch))
         return resolve_auto_chunks(
             config.model,
             graph=self.graph,
             batch_size=config.dataloader.batch_size.train,
             num_parameters=count_parameters(config.model, self.graph, self.data.layout, multistep),
-            budget_bytes=int(budget_gb * 2**30) if budget_gb else device_memory_bytes(self.device),
+            budget_bytes=budget,
         )
 
     # ------------------------------------------------------------------------------------------- state
