@@ -187,3 +187,21 @@ def test_a_non_integer_launch_variable_is_named(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "http")
     with pytest.raises(ValueError, match=r"^environment variable MASTER_PORT='http' is not an integer port$"):
         launch_environment()
+
+
+def test_torchrun_trains_a_model_sharded_over_two_processes(tmp_path, cache_dir):
+    """The documented command: ``torchrun --nproc_per_node=2 -m anemo_like.cli.train ... num_gpus_per_model=2``."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
+    command = [
+        str(torchrun), "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "anemo_like.cli.train",
+        *RUN, "training.max_steps=3", "system.hardware.num_gpus_per_model=2",
+        f"system.paths.output={run_dir}", f"system.paths.cache={cache_dir}", f"hydra.run.dir={run_dir}",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "2 ranks: 1 model instance(s) of 2 rank(s)" in output
+    assert sorted(train_losses(run_dir)) == [1, 2, 3]
+    assert (run_dir / "inference.pt").exists() and (run_dir / "validation.md").exists()
