@@ -33,18 +33,11 @@ from step_time import cpu_time_s, grid_coordinates  # benchmarks/step_time.py
 from anemo_like.config.schema import CompileEntry, ModelConfig
 from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
+from anemo_like.models import window_attention as window
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.compile import compile_modules
 from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.triton_graph_attention import triton_unavailable_reason
-from anemo_like.models.window_attention import (
-    BACKENDS as WINDOW_BACKENDS,
-)
-from anemo_like.models.window_attention import (
-    flash_unavailable_reason,
-    import_flash_attention,
-    window_attention,
-)
 from anemo_like.profiling.live_tensors import LiveTensorTracker
 
 
@@ -116,17 +109,16 @@ def backend_results(graph, args, device: torch.device, dtype: torch.dtype) -> li
 
         results.append({**row, **measure(graph_step, device, warmup=args.warmup, steps=args.steps)})
     q, k, v = (inputs[n].detach().transpose(1, 2).contiguous().requires_grad_() for n in ("q", "k", "v"))
-    for name in WINDOW_BACKENDS:
-        reason = (
-            flash_unavailable_reason(device, dtype, import_flash_attention()) if name == "flash_attention" else None
-        )
+    for name in window.BACKENDS:
+        flash = window.import_flash_attention()
+        reason = window.flash_unavailable_reason(device, dtype, flash) if name == "flash_attention" else None
         row = {"attention": "sliding_window", "backend": name, "window": args.window}
         if reason is not None:
             results.append({**row, "skipped": reason})
             continue
 
         def window_step(name: str = name) -> None:
-            window_attention(q, k, v, window=args.window, backend=name).sum().backward()
+            window.window_attention(q, k, v, window=args.window, backend=name).sum().backward()
 
         results.append({**row, **measure(window_step, device, warmup=args.warmup, steps=args.steps)})
     return results
@@ -148,7 +140,12 @@ def model_results(graph, args, device: torch.device) -> list[dict]:
             num_heads=args.heads,
             encoder={"num_chunks": args.mapper_chunks},
             decoder={"num_chunks": args.mapper_chunks},
-            processor={"type": args.processor, "num_layers": args.layers, "num_chunks": 4, "window_size": args.window},
+            processor={
+                "type": args.processor,
+                "num_layers": args.layers,
+                "num_chunks": min(4, args.layers),
+                "window_size": args.window,
+            },
         )
         torch.manual_seed(0)
         model = ForecastModel(config=config, graph=graph, layout=layout, multistep=2).to(device)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import tempfile
 import time
@@ -145,8 +146,6 @@ def worker(rank: int, ranks: int, port: int, args: argparse.Namespace, graph_pat
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -4,9 +4,12 @@ numbers; ``model.strict_backends`` turns that into a setup error naming the key 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 import torch
+from conftest import TINY_MODEL
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.models import ForecastModel, VariableLayout
@@ -62,11 +65,6 @@ def test_flash_attention_is_checked_for_device_and_dtype() -> None:
 
 
 def test_cli_strict_backend_error(tmp_path, cache_dir) -> None:
-    import subprocess
-    import sys
-
-    from conftest import TINY_MODEL
-
     if NO_TRITON_HERE is None:
         pytest.skip("Triton kernels can run here")
     command = [

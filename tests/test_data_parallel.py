@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,18 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY_MODEL
+from distributed_checks import free_port
 
 from anemo_like.data.builtin import FORCINGS, PROGNOSTIC
 from anemo_like.data.zarr_store import write_anemoi_zarr
 from anemo_like.distributed.environment import first_slurm_host, launch_environment
 
 RUN = [*TINY_MODEL, "system.hardware.num_threads=1", "diagnostics.plots=false", "training.val_every_n_steps=1000"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(run_dir: Path, cache_dir: Path, overrides: list[str], *, world: int) -> list[subprocess.Popen]:

@@ -74,7 +74,7 @@ class GraphTransformerProcessor(nn.Module):
         self.gradient_checkpointing = gradient_checkpointing
         self.shard_strategy = shard_strategy
         self.shard = ModelShard()
-        self._halo: dict[tuple[int, int, torch.device], tuple[HaloPlan, SortedEdges]] = {}
+        self._halo: dict[tuple[int, int, torch.device], tuple[HaloPlan, SortedEdges, slice]] = {}
         self.edges = EdgeFeatures(
             edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size, num_dst=num_nodes
         )
@@ -92,16 +92,16 @@ class GraphTransformerProcessor(nn.Module):
             for _ in range(num_layers)
         )
 
-    def _halo_edges(self) -> tuple[HaloPlan, SortedEdges]:
-        """This rank's halo plan and its edges with sources numbered in ``cat([x_block, halo])`` (planned once,
-        collectively, at the first forward)."""
+    def _halo_edges(self) -> tuple[HaloPlan, SortedEdges, slice]:
+        """This rank's halo plan, its edges with sources numbered in ``cat([x_block, halo])`` and their slice of
+        all edges (planned once per shard and device, collectively, at the first forward)."""
         shard = self.shard
-        part = self.edges.destinations(*shard.block(self.num_nodes))
-        key = (part.dst_start, part.dst_stop, part.edges.src.device)
+        key = (shard.size, shard.rank, self.edges.edge_index.device)
         if key not in self._halo:
+            part = self.edges.destinations(*shard.block(self.num_nodes))
             plan = plan_halo(part.edges.src, shard.bounds(self.num_nodes), shard.rank, shard.group)
             local = SortedEdges(torch.stack([plan.edge_src, part.edges.dst]), part.edges.num_dst)
-            self._halo[key] = plan, local
+            self._halo[key] = plan, local, slice(part.edge_start, part.edge_stop)
         return self._halo[key]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -111,15 +111,12 @@ class GraphTransformerProcessor(nn.Module):
         many destination blocks (``torch`` attention backend).
         """
         shard, halo, heads = self.shard, None, None
-        if shard.size == 1:
-            edges, edge_attr = self.edges.sorted_edges(), self.edges()
-        elif self.shard_strategy == "heads":
+        if shard.size > 1 and self.shard_strategy == "edges":
+            halo, edges, edge_slice = self._halo_edges()
+            edge_attr = self.edges(edge_slice)
+        else:  # one rank, or heads: every edge (HeadSplit.of is None for a group of one)
             edges, edge_attr = self.edges.sorted_edges(), self.edges()
             heads = HeadSplit.of(shard, self.num_nodes, self.num_nodes)
-        else:
-            part = self.edges.destinations(*shard.block(self.num_nodes))
-            halo, edges = self._halo_edges()
-            edge_attr = self.edges(slice(part.edge_start, part.edge_stop))
         return run_layer_segments(
             self.layers,
             x,

@@ -1,0 +1,45 @@
+"""benchmarks/sharding.py and benchmarks/attention.py run at a tiny size and print one JSON line with their fields."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TINY = ["--grid", "12x24", "--mesh-res", "1", "--channels", "16", "--layers", "2", "--heads", "4"]
+
+
+def run(script: str, *flags: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *TINY, *flags], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = done.stdout.strip().splitlines()
+    return json.loads(line)
+
+
+def test_sharding_benchmark_counts_bytes_per_strategy() -> None:
+    report = run("sharding.py", "--processor-chunks", "2", "--ranks", "1,2", "--steps", "1", "--num-chunks", "2")
+    settings = {(s["ranks_per_model"], s["strategy"]): s for s in report["settings"]}
+    assert set(settings) == {(1, "none"), (2, "edges"), (2, "heads")}
+    assert settings[(1, "none")]["bytes_per_step_all_ranks"] == {"activations": 0, "gradients": 0}
+    edges, heads = settings[(2, "edges")], settings[(2, "heads")]
+    assert 0 < edges["bytes_per_step_all_ranks"]["activations"] < heads["bytes_per_step_all_ranks"]["activations"]
+    assert edges["bytes_per_step_all_ranks"]["gradients"] == heads["bytes_per_step_all_ranks"]["gradients"] > 0
+    assert [r["rank"] for r in edges["per_rank"]] == [0, 1]
+    assert all(r["step_cpu_s"] > 0 and r["live_tensor_peak_mib"] > 0 for r in edges["per_rank"])
+
+
+def test_attention_benchmark_lists_every_backend() -> None:
+    report = run("attention.py", "--window", "4", "--steps", "1", "--skip-model")
+    rows = {(r["attention"], r["backend"]): r for r in report["backends"]}
+    assert set(rows) == {
+        ("graph", "torch"), ("graph", "reference"), ("graph", "triton"),
+        ("sliding_window", "flash_attention"), ("sliding_window", "scaled_dot_product_attention"),
+        ("sliding_window", "reference"),
+    }  # fmt: skip
+    assert "skipped" in rows[("sliding_window", "flash_attention")]
+    assert all({"wall_s", "cpu_s", "peak_mib"} <= set(r) for r in rows.values() if "skipped" not in r)
+    assert report["memory_measure"] == "live_tensors" and report["model"] == []
