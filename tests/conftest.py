@@ -22,7 +22,7 @@ TINY_MODEL = [
     "model.processor.num_chunks=1",
     "dataloader.batch_size.train=2",
     "dataloader.batch_size.val=16",
-    "dataloader.limit_val_batches=2",
+    "dataloader.limit_batches.val=2",
     "diagnostics.log_every_n_steps=1",
     "diagnostics.progress_bar=false",
 ]

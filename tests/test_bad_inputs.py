@@ -133,6 +133,22 @@ CONFIG_CASES = {
         ["model.num_heads=0"],
         r"invalid configuration:\n  config key 'model\.num_heads' = 0: Input should be greater than or equal to 1",
     ),
+    "prefetch_factor without workers": (
+        ["dataloader.prefetch_factor=4"],
+        r"invalid configuration:\n  config section 'dataloader': dataloader\.prefetch_factor=4 needs worker processes, "
+        r"but dataloader\.num_workers\.train and \.val are both 0: raise dataloader\.num_workers\.train \(and \.val\) "
+        r"or set dataloader\.prefetch_factor=null",
+    ),
+    "persistent_workers without workers": (
+        ["dataloader.persistent_workers=true"],
+        r"invalid configuration:\n  config section 'dataloader': dataloader\.persistent_workers=true needs worker "
+        r"processes, .*",
+    ),
+    "unknown precision": (
+        ["training.precision=16"],
+        r"invalid configuration:\n  config key 'training\.precision' = 16: Input should be '32', 'tf32', "
+        r"'bf16-mixed', '16-mixed' or 'bf16'",
+    ),
     "heads do not divide channels": (
         ["model.num_channels=30", "model.num_heads=4"],
         r"invalid configuration:\n  config section 'model': num_channels \(30\) must be divisible by num_heads \(4\)",
@@ -602,6 +618,11 @@ def test_cli_shows_one_message_and_no_traceback(tmp_path, dataset, gappy_dataset
             ["system.hardware.num_gpus_per_model=2"],
             2,
             "system.hardware.num_gpus_per_model=2 must be a power of two that divides the world size (1 ranks)",
+        ),
+        "CUDA graphs on a CPU": (
+            [f"data.dataset={dataset}", *TINY_DATA, "training.cuda_graphs=true"],
+            2,
+            "training.cuda_graphs=true: it needs a CUDA device and this run is on cpu; set training.cuda_graphs=false",
         ),
         "NaN in the data": (
             [f"data.dataset={gappy_dataset}", *TINY_DATA],

@@ -1,4 +1,4 @@
-"""benchmarks/sharding.py and benchmarks/attention.py run at a tiny size and print one JSON line with their fields."""
+"""The benchmark scripts run at a tiny size and print one JSON line with their fields."""
 
 from __future__ import annotations
 
@@ -43,3 +43,21 @@ def test_attention_benchmark_lists_every_backend() -> None:
     assert "skipped" in rows[("sliding_window", "flash_attention")]
     assert all({"wall_s", "cpu_s", "peak_mib"} <= set(r) for r in rows.values() if "skipped" not in r)
     assert report["memory_measure"] == "live_tensors" and report["model"] == []
+
+
+def test_throughput_benchmark_reports_every_setting(tmp_path, cache_dir) -> None:
+    from conftest import TINY_MODEL
+
+    command = [sys.executable, str(BENCHMARKS / "throughput.py"), "--dataset", "builtin", "--config-name", "quickstart"]
+    flags = ["--repeats", "1", "--batches", "1", "--workers", "0", "--precisions", "32", "bf16-mixed"]  # nargs last
+    overrides = [*TINY_MODEL, "diagnostics.bench.warmup_batches=0", f"system.paths.cache={cache_dir}"]
+    done = subprocess.run([*command, *overrides, *flags], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = done.stdout.strip().splitlines()
+    report = json.loads(line)
+    assert set(report["default_samples_per_s"]) == {"io", "synthetic", "full"}
+    assert set(report["io_samples_per_s"]) == {"workers=0 pin_memory=true", "workers=0 pin_memory=false"}
+    assert set(report["full_samples_per_s"]) == {
+        "precision=32", "precision=bf16-mixed", "workers=1 prefetch_factor=1", "workers=1 prefetch_factor=2"
+    }  # fmt: skip
+    assert all(v > 0 for v in report["io_samples_per_s"].values()) and report["default_bounds"]

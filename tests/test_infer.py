@@ -42,7 +42,7 @@ SKILL_TRAINING = [
     "training.checkpoint_every_n_steps=400",
     "training.optimizer.warmup_steps=10",
     "training.val_climatology_dates=0",
-    "dataloader.limit_val_batches=1",
+    "dataloader.limit_batches.val=1",
     "diagnostics.plots=false",
 ]
 MIXED_ROLES = [
@@ -51,7 +51,7 @@ MIXED_ROLES = [
     "data.variables.computed_forcing=[cos_julian_day,sin_local_time]",
     "training.max_steps=2",
     "training.val_climatology_dates=0",
-    "dataloader.limit_val_batches=1",
+    "dataloader.limit_batches.val=1",
     "diagnostics.plots=false",
 ]
 # 15 initial dates, 2000-11-01 .. 2000-12-27 every 4 days; the last forecast runs past the dataset's end (12-30T18)

@@ -95,7 +95,7 @@ def test_phase_clock_splits_forward_and_backward_by_component(compose_run, tmp_p
     for _ in range(2):
         trainer.clock.start_step("data loading")
         trainer.clock.switch("host to device")
-        trainer._train_step(batch)
+        trainer.train_step(batch)
         trainer.clock.switch(None)
     phases = trainer.clock.per_step()
     assert list(phases) == list(STEP_PHASES)

@@ -17,7 +17,7 @@ from torch import nn
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.zarr_store import open_anemoi_zarr
-from anemo_like.training.data_setup import setup_data
+from anemo_like.training.data_setup import LoaderOptions, setup_data
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.trainer import Trainer
 from anemo_like.training.validation import validate
@@ -72,7 +72,7 @@ def test_climatology_is_scored_like_a_forecast_and_in_physical_units(tmp_path, c
         climatology=data.climatology,
         limit_batches=2,
     )
-    loader = data.val_loader(batch_size=8, num_workers=0)
+    loader = data.val_loader(LoaderOptions(batch_size=8))
     result = validate(_ConstantForecast(data.climatology), loader, **kwargs)
     np.testing.assert_allclose(result.model_rmse, result.climatology_rmse, rtol=1e-6)
     # by hand: area-weighted RMSE of (climatology - truth) in physical units over the same 16 samples, 3 leads
@@ -170,7 +170,7 @@ def test_skill_benchmark_prints_one_json_line_with_both_runs(tmp_path, builtin_p
         "model.processor.num_layers=1",
         "model.processor.num_chunks=1",
         "training.val_rollout=4",
-        "dataloader.limit_val_batches=1",
+        "dataloader.limit_batches.val=1",
         "diagnostics.plots=false",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)

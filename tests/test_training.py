@@ -148,7 +148,7 @@ def test_hs_t21_config_trains_on_the_real_anemoi_dataset(tmp_path, compose_run) 
             f"data.dataset={SHARED_DATASET}",
             "training.max_steps=3",
             "diagnostics.plots=false",
-            "dataloader.limit_val_batches=4",
+            "dataloader.limit_batches.val=4",
         ],
         name="hs_t21",
     )

@@ -91,25 +91,58 @@ class DataConfig(Strict):
 
 
 class BatchSizes(Strict):
-    train: int = Field(2, ge=1)
+    train: int = Field(2, ge=1, description="samples per step and model instance")
     val: int = Field(8, ge=1)
 
 
 class Workers(Strict):
-    train: int = Field(0, ge=0)
+    train: int = Field(0, ge=0, description="reader processes; 0 reads in the training process")
     val: int = Field(0, ge=0)
+
+
+class BatchLimits(Strict):
+    train: int | None = Field(
+        None, ge=1, description="global batches per pass over the training samples (then a fresh shuffle); None: all"
+    )
+    val: int | None = Field(None, ge=1, description="validation batches scored; None: all")
 
 
 class DataloaderConfig(Strict):
     batch_size: BatchSizes = BatchSizes()
     num_workers: Workers = Workers()
+    prefetch_factor: int | None = Field(
+        None,
+        ge=1,
+        description="batches each worker reads ahead; needs num_workers > 0; None: 2 per worker (docs/throughput.md)",
+    )
+    pin_memory: bool = Field(True, description="page-locked host batches for faster copies to a GPU; no effect on CPU")
+    persistent_workers: bool | None = Field(
+        None,
+        description="keep worker processes between validations; needs num_workers > 0; None: on when there are workers",
+    )
+    normalize_on_device: bool = Field(
+        False, description="workers send physical values; the training device normalises them (frees worker CPU)"
+    )
     read_group_size: int | None = Field(
         None,
         ge=1,
         description="ranks of a model instance that read one sample together, each its slice of the grid, then "
         "gather it; divides system.hardware.num_gpus_per_model; None: all of them",
     )
-    limit_val_batches: int | None = Field(None, ge=1)
+    limit_batches: BatchLimits = BatchLimits()
+
+    @model_validator(mode="after")
+    def _worker_options_need_workers(self) -> DataloaderConfig:
+        if self.num_workers.train or self.num_workers.val:
+            return self
+        for key, value in (("prefetch_factor", self.prefetch_factor), ("persistent_workers", self.persistent_workers)):
+            if value is not None and value is not False:
+                raise ValueError(
+                    f"dataloader.{key}={str(value).lower()} needs worker processes, but "
+                    "dataloader.num_workers.train and .val are both 0: raise dataloader.num_workers.train (and .val) "
+                    f"or set dataloader.{key}=null"
+                )
+        return self
 
 
 # ---------------------------------------------------------------------------------------------- graph
@@ -251,10 +284,29 @@ class OptimizerConfig(Strict):
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
         "none", description="scale lr (and lr_min) by the number of model instances (linear) or its square root"
     )
+    fused: bool = Field(
+        True, description="fused AdamW kernels where the device supports them, else foreach (with a log line)"
+    )
+
+
+Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
 
 
 class TrainingConfig(Strict):
     seed: int = 42
+    precision: Precision = Field(
+        "32",
+        description="32; tf32 (fp32 matmuls in TF32 on GPUs); bf16-mixed / 16-mixed (autocast, 16-mixed with a "
+        "gradient scaler); bf16 (weights, optimiser state and activations in bf16)",
+    )
+    cuda_graphs: bool = Field(False, description="capture one training step as a CUDA graph and replay it (CUDA only)")
+    cuda_graph_warmup: int = Field(20, ge=1, description="eager steps before the capture")
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads 32 as a number
+
     multistep_input: int = Field(2, ge=1)
     rollout: RolloutConfig = RolloutConfig()
     val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
@@ -337,13 +389,24 @@ class MemorySnapshotConfig(Strict):
     max_entries: int = Field(100_000, ge=1, description="allocator events kept (CUDA)")
 
 
+class BenchConfig(Strict):
+    """What ``anemo-bench`` runs: per mode, untimed warm-up batches then timed ones."""
+
+    warmup_batches: int = Field(3, ge=0, description="untimed batches first (worker start-up, first-touch costs)")
+    batches: int = Field(20, ge=1, description="timed batches per mode")
+    modes: list[Literal["io", "synthetic", "full"]] = Field(["io", "synthetic", "full"], min_length=1)
+
+
 class DiagnosticsConfig(Strict):
-    log_every_n_steps: int = Field(10, ge=1)
+    log_every_n_steps: int = Field(
+        50, ge=1, description="training metrics are read from the device (one host sync) every this many steps"
+    )
     progress_bar: bool = True
     plots: bool = True
     plot_variable: str | None = Field(None, description="variable of the forecast map; default: first prognostic")
     profile: ProfileConfig = ProfileConfig()
     memory_snapshot: MemorySnapshotConfig = MemorySnapshotConfig()
+    bench: BenchConfig = BenchConfig()
 
 
 class RunConfig(Strict):

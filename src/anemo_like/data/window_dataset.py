@@ -32,13 +32,15 @@ class NonFiniteDataError(ValueError):
 class WindowDataset(Dataset):
     """Item i = states at dates first + (i + s * stride) for s in 0..num_states-1, as (num_states, G, V) float32.
 
-    Variables follow ``read_names`` (normalised with ``normalizer``) then ``computed_names`` (not normalised).
+    Variables follow ``read_names`` (normalised with ``normalizer``, or left in physical units with
+    ``normalize=False`` for the training device to normalise) then ``computed_names`` (never normalised).
     Only the needed dates (and, for :meth:`with_grid`, grid points) are read; each worker process opens its own
     zarr handle.
 
     Non-finite values raise :class:`NonFiniteDataError` (``nan_policy="error"``), or (``"mask"``) become 0 in the
-    first ``input_states`` states and in variables not in ``target_names``, and NaN in the targets (states from
-    ``input_states`` on, variables in ``target_names``), for the loss to leave out.
+    first ``input_states`` states and in variables not in ``target_names`` (unnormalised: the variable's offset,
+    which normalises to 0), and NaN in the targets (states from ``input_states`` on, variables in
+    ``target_names``), for the loss to leave out.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class WindowDataset(Dataset):
         nan_policy: NanPolicy = "error",
         input_states: int = 0,
         target_names: Sequence[str] = (),
+        normalize: bool = True,
     ) -> None:
         self.store = store
         self.date_start = date_start
@@ -63,6 +66,7 @@ class WindowDataset(Dataset):
         self.read_index = store.variable_indices(read_names)
         self.computed_names = computed_names
         self.normalizer = normalizer
+        self.normalize = normalize
         self.nan_policy = nan_policy
         self.read_names = list(read_names)
         is_target = np.isin(read_names, list(target_names))[None, :, None]  # (1, V, 1)
@@ -93,11 +97,12 @@ class WindowDataset(Dataset):
             raise IndexError(f"sample {item} out of range 0..{self.length - 1}")
         raw = self.store.read(self._date_slice(item), self.read_index, grid=self.grid)  # (T, V, G)
         bad = ~np.isfinite(raw)
-        values = self.normalizer.normalize(raw, axis=1)
+        values = self.normalizer.normalize(raw, axis=1) if self.normalize else raw.astype(np.float32, copy=False)
         if bad.any():
             if self.nan_policy == "error":
                 raise NonFiniteDataError(self._non_finite_message(item, bad))
-            values[bad] = 0.0
+            zero = 0.0 if self.normalize else np.broadcast_to(self.normalizer.offset[None, :, None], bad.shape)[bad]
+            values[bad] = zero
             values[bad & self.keep_nan] = np.nan
         if self.computed_names:
             forcing = computed_forcings(self.computed_names, self.dates(item), self.store.longitudes[self.grid])

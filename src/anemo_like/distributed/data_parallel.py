@@ -85,15 +85,6 @@ class GradientBuckets:
             flat /= size
 
 
-def any_rank(flags: tuple[bool, ...], device: torch.device) -> tuple[bool, ...]:
-    """Each flag true on every rank when it is true on any rank (one tiny all-reduce for all of them)."""
-    if world_size() == 1:
-        return flags
-    values = torch.tensor([int(f) for f in flags], device=device)
-    dist.all_reduce(values, op=dist.ReduceOp.MAX)
-    return tuple(bool(v) for v in values.tolist())
-
-
 def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
     """The mean of a scalar tensor over the ranks."""
     if world_size() == 1:

@@ -132,7 +132,8 @@ class ForecastModel(nn.Module):
         self.register_buffer("output_floor", floor if layout.relu_floor else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, T, G, V_in) normalised -> (B, G, V_out) normalised."""
+        """x: (B, T, G, V_in) normalised -> (B, G, V_out) normalised, in x's dtype (also under autocast: the
+        network's output, in the autocast dtype, is added to the last state in full precision)."""
         batch, _, grid, _ = x.shape
         x_data = torch.cat([x.transpose(1, 2).reshape(batch, grid, -1), self.data_features(batch)], dim=-1)
         hidden = self.hidden_features(batch)
@@ -143,7 +144,7 @@ class ForecastModel(nn.Module):
         out = self.decoder(processed, x_data[:, slice(*self.shard.block(grid))])
         out = gather_nodes(out, self.shard.group, self.shard.sizes(grid))
         residual = x[:, -1].index_select(-1, self.prognostic_input)
-        out = out.index_add(-1, self.prognostic_output, residual)
+        out = out.to(x.dtype).index_add(-1, self.prognostic_output, residual)  # fp32 under autocast
         if self.output_floor is not None:
             out = torch.maximum(out, self.output_floor.to(out.dtype))
         return out

@@ -13,6 +13,10 @@ Backends (``model.graph_attention_backend``):
 - ``triton``: fused Triton kernels (``triton_graph_attention``) on CUDA; where they cannot run (no GPU, no
   triton) the ``torch`` backend runs instead and one log line says why (``model.strict_backends`` makes it an
   error at setup: ``models/backends.py``).
+
+Precision: every backend takes its inputs in one dtype, cast to the autocast dtype under autocast
+(``models/precision.py``), and returns the output in it. The edge embedding, gathers and k + e, v + e run in
+that dtype; scores, the softmax statistics and the sums over edges accumulate in fp32 (or wider: fp64 stays).
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from anemo_like.models.chunking import EdgeBlock, SortedEdges
+from anemo_like.models.precision import (
+    accumulation_dtype,
+    apply_autocast,
+    backward_without_autocast,
+    cast_like_autocast,
+)
 from anemo_like.models.triton_graph_attention import graph_attention_triton, triton_unavailable_reason
 from anemo_like.models.workspace import scratch
 
@@ -68,36 +78,51 @@ def graph_attention_reference(
         min_blocks: ignored (this backend never splits the edges).
 
     Returns:
-        (B, N_dst, H, C) attention output, dtype of ``q``.
+        (B, N_dst, H, C) attention output, dtype of ``q`` (the autocast dtype under autocast).
     """
+    q, k, v, edge_attr, weight, bias = cast_like_autocast(q, k, v, edge_attr, weight, bias)
     src, dst = edges.src, edges.dst
     e = F.linear(edge_attr, weight, bias).unflatten(-1, q.shape[-2:])
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.einsum("behc,behc->beh", q.index_select(1, dst), k.index_select(1, src) + e) * scale
+    scores = torch.einsum("behc,behc->beh", q.index_select(1, dst), k.index_select(1, src) + e)
+    scores = scores.to(accumulation_dtype(scores.dtype)) * scale
     # The softmax is shift-invariant, so the per-destination maximum only guards against overflow: no gradient.
     with torch.no_grad():
         row_max = _segment_max(scores, dst, q.shape[1])
     weights = torch.exp(scores - row_max.index_select(1, dst))
     denom = weights.new_zeros(row_max.shape).index_add_(1, dst, weights)
     weights = weights / denom.index_select(1, dst)
-    messages = weights.unsqueeze(-1) * (v.index_select(1, src) + e)
-    return q.new_zeros(q.shape).index_add_(1, dst, messages.to(q.dtype))
+    messages = weights.unsqueeze(-1) * (v.index_select(1, src) + e)  # in the accumulation dtype
+    return messages.new_zeros(q.shape).index_add_(1, dst, messages).to(q.dtype)
 
 
 class _BlockScratch:
-    """Per-edge scratch tensors of one block, views of buffers sized for the largest block of the call."""
+    """Per-edge scratch tensors of one block, views of buffers sized for the largest block of the call.
+
+    A buffer is named and comes in q's dtype or (``wide``) in its accumulation dtype; when the two agree (fp32,
+    fp64) the wide buffer of a name is the narrow one, so a wide result may overwrite its narrow operand.
+    """
 
     def __init__(self, q: Tensor, blocks: tuple[EdgeBlock, ...]) -> None:
-        self.q = q
+        self.q, self.wide_dtype = q, accumulation_dtype(q.dtype)
         self.max_edges = max((b.edge_stop - b.edge_start for b in blocks), default=0)
 
-    def edges(self, name: str, block: EdgeBlock, batch: bool = True, channels: bool = True) -> Tensor:
-        """(B?, E_block, H, C?) scratch named ``name``."""
+    def edges(
+        self, name: str, block: EdgeBlock, batch: bool = True, channels: bool = True, wide: bool = False
+    ) -> Tensor:
+        """(B?, E_block, H, C?) scratch named ``name``, in q's dtype or (``wide``) its accumulation dtype."""
         batch_size, _, heads, width = self.q.shape
         shape = ((batch_size,) if batch else ()) + (block.edge_stop - block.edge_start, heads)
         shape += (width,) if channels else ()
         per_edge = math.prod(shape) // (block.edge_stop - block.edge_start)
-        return scratch(name, shape, self.q, reserve=per_edge * self.max_edges)
+        dtype = self.wide_dtype if wide else self.q.dtype
+        return scratch(name, shape, self.q, reserve=per_edge * self.max_edges, dtype=dtype)
+
+    def dot(self, a: Tensor, b: Tensor, block: EdgeBlock, product: str, out: str) -> Tensor:
+        """<a, b> of (B, E_block, H, C) tensors over channels into the wide scratch ``out`` (B, E_block, H); the
+        elementwise product goes to the wide scratch ``product`` (``a`` itself when that is a's buffer)."""
+        products = torch.mul(a, b, out=self.edges(product, block, wide=True))
+        return torch.sum(products, dim=-1, out=self.edges(out, block, channels=False, wide=True))
 
 
 def _embed_edges(block: EdgeBlock, edge_attr: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
@@ -115,74 +140,81 @@ def _gather_rows(source: Tensor, index: Tensor, out: Tensor) -> Tensor:
     return torch.index_select(source, 1, index, out=out)
 
 
-def _dot(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
-    """<a, b> over the last axis into ``out``; overwrites ``a``."""
-    return torch.sum(a.mul_(b), dim=-1, out=out)
-
-
 class _BlockedGraphAttention(torch.autograd.Function):
     """Forward keeps (q, k, v, edge features, embedding weights, out, log-sum-exp); backward recomputes each
-    block's per-edge work, one block at a time, in reused scratch buffers."""
+    block's per-edge work, one block at a time, in reused scratch buffers.
+
+    All inputs share one dtype. The edge embedding, gathers and k + e, v + e are made in it; elementwise products,
+    scores, softmax statistics and every sum over edges in its accumulation dtype (wide scratch buffers).
+    """
 
     @staticmethod
     def forward(ctx, q, k, v, edge_attr, weight, bias, blocks: tuple[EdgeBlock, ...]) -> Tensor:
         scale = 1.0 / math.sqrt(q.shape[-1])
-        out = torch.zeros_like(q)
-        log_sum_exp = q.new_zeros(q.shape[:-1])  # stays 0 where a destination has no edge; never read then
         scratches = _BlockScratch(q, blocks)
+        out = torch.zeros_like(q, dtype=scratches.wide_dtype)
+        log_sum_exp = q.new_zeros(q.shape[:-1], dtype=scratches.wide_dtype)  # 0 without edges; never read then
         for block in blocks:
             rows, dst = slice(block.dst_start, block.dst_stop), block.dst_local
             e = _embed_edges(block, edge_attr, weight, bias, scratches.edges("e", block, batch=False))
             keys = _gather_rows(k, block.src, scratches.edges("a", block)).add_(e)
             queries = _gather_rows(q[:, rows], dst, scratches.edges("b", block))
-            scores = _dot(queries, keys, scratches.edges("s", block, channels=False)).mul_(scale)
+            scores = scratches.dot(queries, keys, block, product="b", out="s").mul_(scale)
             row_max = _segment_max(scores, dst, block.dst_stop - block.dst_start).nan_to_num_(neginf=0.0)
             weights = scores.sub_(row_max.index_select(1, dst)).exp_()
             denom = weights.new_zeros(row_max.shape).index_add_(1, dst, weights)
-            messages = _gather_rows(v, block.src, keys).add_(e).mul_(weights.unsqueeze(-1))
+            values = _gather_rows(v, block.src, keys).add_(e)
+            messages = torch.mul(values, weights.unsqueeze(-1), out=scratches.edges("a", block, wide=True))
             block_out = out[:, rows].index_add_(1, dst, messages)
             block_out.div_(denom.clamp_min(torch.finfo(denom.dtype).tiny).unsqueeze(-1))
             log_sum_exp[:, rows] = row_max + denom.log()
-        ctx.save_for_backward(q, k, v, edge_attr, weight, bias, out, log_sum_exp)
+        ctx.save_for_backward(q, k, v, edge_attr, weight, bias, out, log_sum_exp)  # out unrounded, for backward
         ctx.blocks, ctx.scale = blocks, scale
-        return out
+        return out.to(q.dtype)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, edge_attr, weight, bias, out, log_sum_exp = ctx.saved_tensors
-        scale = ctx.scale
+        scale, wide = ctx.scale, log_sum_exp.dtype
         grad_out = grad_out.contiguous()
-        grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        grad_attr = torch.zeros_like(edge_attr) if ctx.needs_input_grad[3] else None
-        grad_weight = torch.zeros_like(weight)
-        grad_bias = torch.zeros_like(bias) if bias is not None else None
-        out_dot_grad = (grad_out * out).sum(-1)  # (B, N_dst, H): <dout_i, out_i>
+        grad_q, grad_k, grad_v = (torch.zeros_like(t, dtype=wide) for t in (q, k, v))
+        grad_attr = torch.zeros_like(edge_attr, dtype=wide) if ctx.needs_input_grad[3] else None
+        grad_weight = torch.zeros_like(weight, dtype=wide)
+        grad_bias = torch.zeros_like(bias, dtype=wide) if bias is not None else None
+        wide_weight = weight.to(wide)
+        out_dot_grad = (grad_out.to(wide) * out).sum(-1)  # (B, N_dst, H): <dout_i, out_i>
         scratches = _BlockScratch(q, ctx.blocks)
         for block in ctx.blocks:
             rows, dst, src = slice(block.dst_start, block.dst_stop), block.dst_local, block.src
             e = _embed_edges(block, edge_attr, weight, bias, scratches.edges("e", block, batch=False))
             keys = _gather_rows(k, src, scratches.edges("a", block)).add_(e)
-            product = _gather_rows(q[:, rows], dst, scratches.edges("b", block)).mul_(keys)
-            alpha = torch.sum(product, dim=-1, out=scratches.edges("s", block, channels=False)).mul_(scale)
+            queries = _gather_rows(q[:, rows], dst, scratches.edges("b", block))
+            alpha = scratches.dot(queries, keys, block, product="b", out="s").mul_(scale)
             alpha.sub_(log_sum_exp[:, rows].index_select(1, dst)).exp_()  # attention weights (B, E, H)
             grad_out_edges = _gather_rows(grad_out[:, rows], dst, scratches.edges("b", block))
             # d loss / d score: alpha * (<dout_i, v_j + e_ij> - <dout_i, out_i>)
             values = _gather_rows(v, src, scratches.edges("c", block)).add_(e)
-            grad_scores = _dot(values, grad_out_edges, scratches.edges("t", block, channels=False))
+            grad_scores = scratches.dot(values, grad_out_edges, block, product="c", out="t")
             grad_scores.sub_(out_dot_grad[:, rows].index_select(1, dst)).mul_(alpha).mul_(scale)
-            grad_values = torch.mul(grad_out_edges, alpha.unsqueeze(-1), out=scratches.edges("c", block))
+            grad_values = torch.mul(grad_out_edges, alpha.unsqueeze(-1), out=scratches.edges("c", block, wide=True))
             grad_v.index_add_(1, src, grad_values)
-            grad_q[:, rows].index_add_(1, dst, keys.mul_(grad_scores.unsqueeze(-1)))
-            grad_keys = _gather_rows(q[:, rows], dst, scratches.edges("b", block)).mul_(grad_scores.unsqueeze(-1))
+            grad_queries = torch.mul(keys, grad_scores.unsqueeze(-1), out=scratches.edges("a", block, wide=True))
+            grad_q[:, rows].index_add_(1, dst, grad_queries)
+            queries = _gather_rows(q[:, rows], dst, scratches.edges("b", block))
+            grad_keys = torch.mul(queries, grad_scores.unsqueeze(-1), out=scratches.edges("b", block, wide=True))
             grad_k.index_add_(1, src, grad_keys)
-            grad_e = torch.sum(grad_keys.add_(grad_values), dim=0, out=e).flatten(-2)  # (E, H*C), batch summed
+            grad_e = scratches.edges("e", block, batch=False, wide=True)
+            grad_e = torch.sum(grad_keys.add_(grad_values), dim=0, out=grad_e).flatten(-2)  # (E, H*C), batch summed
             attr = edge_attr[block.edge_start : block.edge_stop]
-            grad_weight.addmm_(grad_e.t(), attr)
+            grad_weight.addmm_(grad_e.t(), attr.to(wide))
             if grad_bias is not None:
                 grad_bias.add_(grad_e.sum(0))
             if grad_attr is not None:
-                torch.mm(grad_e, weight, out=grad_attr[block.edge_start : block.edge_stop])
-        return grad_q, grad_k, grad_v, grad_attr, grad_weight, grad_bias, None
+                torch.mm(grad_e, wide_weight, out=grad_attr[block.edge_start : block.edge_stop])
+        grads = (grad_q, grad_k, grad_v, grad_attr, grad_weight, grad_bias)
+        inputs = (q, k, v, edge_attr, weight, bias)
+        return (*(None if g is None else g.to(t.dtype) for g, t in zip(grads, inputs, strict=True)), None)
 
 
 def graph_attention_torch(
@@ -199,7 +231,7 @@ def graph_attention_torch(
     """Edge-softmax attention over bounded edge blocks (at least ``min_blocks``); same result as the reference."""
     batch, _, heads, channels = q.shape
     blocks = edges.blocks(edges_per_block(batch, heads, channels), min_blocks)
-    return _BlockedGraphAttention.apply(q, k, v, edge_attr, weight, bias, blocks)
+    return apply_autocast(_BlockedGraphAttention, q, k, v, edge_attr, weight, bias, blocks)
 
 
 def graph_attention_triton_or_torch(

@@ -23,6 +23,7 @@ from anemo_like.models.checkpointing import maybe_checkpoint
 from anemo_like.models.chunking import DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.precision import autocast_dtype
 from anemo_like.models.sharding import HeadSplit, ModelShard
 
 
@@ -106,7 +107,8 @@ class GraphTransformerMapper(nn.Module):
         if self.sources_sharded:
             x_src = gather_nodes(x_src, shard.group, shard.sizes(self.num_src))
         part = self.edges.destinations(*shard.block(self.num_dst))
-        out = x_dst.new_empty(x_dst.shape[0], part.dst_stop - part.dst_start, self.out_channels)
+        rows = (x_dst.shape[0], part.dst_stop - part.dst_start, self.out_channels)
+        out = x_dst.new_empty(rows, dtype=autocast_dtype(x_dst))  # the chunks' dtype: a Linear layer's output
         for chunk in self.edges.chunks(num_chunks, part):
             out[:, chunk.dst_start : chunk.dst_stop] = maybe_checkpoint(
                 checkpointing, self._run_chunk, x_src, x_dst, chunk, part.edge_start

@@ -3,6 +3,9 @@
 The hidden layer (``mlp_hidden_ratio`` times wider than the channels) is never stored: forward and backward
 compute it for one block of rows at a time in reused scratch buffers, so its memory is bounded by
 ``ROW_BLOCK_ELEMENTS`` whatever the node count. Backward recomputes the first linear layer and the GELU.
+
+Under autocast the inputs are cast to the autocast dtype (``models/precision.py``); the matmuls and GELU run in
+the dtype of the inputs, the weight gradients accumulate over row blocks in fp32 (or wider).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from anemo_like.models.precision import accumulation_dtype, add_product_, apply_autocast, backward_without_autocast
 from anemo_like.models.workspace import scratch
 
 ROW_BLOCK_ELEMENTS = 1 << 18
@@ -33,6 +37,8 @@ def _gelu(h: Tensor, name: str) -> Tensor:
 
 
 class _RecomputedMLP(torch.autograd.Function):
+    """x (..., C) -> (..., C_out), all inputs in one dtype; saves only x and the weights."""
+
     @staticmethod
     def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
         ctx.save_for_backward(x, w1, b1, w2)
@@ -43,22 +49,25 @@ class _RecomputedMLP(torch.autograd.Function):
         return out.view(*x.shape[:-1], -1)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor, ...]:
         x, w1, b1, w2 = ctx.saved_tensors
         x2 = x.reshape(-1, x.shape[-1])
         grad_out2 = grad_out.reshape(-1, grad_out.shape[-1])
         grad_x = torch.empty_like(x2)
-        grad_w1, grad_b1, grad_w2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+        wide = accumulation_dtype(x.dtype)
+        grad_w1, grad_b1, grad_w2 = (torch.zeros_like(t, dtype=wide) for t in (w1, b1, w2))
         for rows in _row_blocks(x2.shape[0], w1.shape[0]):
             hidden = _hidden("mlp_h", x2, w1, b1, rows)
-            grad_w2.addmm_(grad_out2[rows].t(), _gelu(hidden, "mlp_g"))
+            add_product_(grad_w2, grad_out2[rows].t(), _gelu(hidden, "mlp_g"))
             grad_act = torch.mm(grad_out2[rows], w2, out=scratch("mlp_g", tuple(hidden.shape), hidden))
             grad_hidden = torch.ops.aten.gelu_backward.grad_input(
                 grad_act, hidden, grad_input=scratch("mlp_gh", tuple(hidden.shape), hidden, ROW_BLOCK_ELEMENTS)
             )
-            grad_w1.addmm_(grad_hidden.t(), x2[rows])
+            add_product_(grad_w1, grad_hidden.t(), x2[rows])
             grad_b1.add_(grad_hidden.sum(0))
             torch.mm(grad_hidden, w1, out=grad_x[rows])
+        grad_w1, grad_b1, grad_w2 = grad_w1.to(w1.dtype), grad_b1.to(b1.dtype), grad_w2.to(w2.dtype)
         return grad_x.view_as(x), grad_w1, grad_b1, grad_w2, grad_out2.sum(0)
 
 
@@ -73,4 +82,4 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if torch.compiler.is_compiling():  # traceable ops, which inductor fuses; the hidden layer is stored
             return self.fc2(F.gelu(self.fc1(x)))
-        return _RecomputedMLP.apply(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
+        return apply_autocast(_RecomputedMLP, x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from anemo_like.models.chunking import SortedEdges
+from anemo_like.models.precision import cast_like_autocast
 
 try:
     import triton
@@ -361,8 +362,10 @@ def graph_attention_triton(
             edge embedding no per-edge tensor exists and there is nothing to split.
 
     Returns:
-        (B, N_dst, H, C) attention output, dtype of ``q``.
+        (B, N_dst, H, C) attention output, dtype of ``q`` (the autocast dtype under autocast: the inputs are cast to
+        it as a matmul's; the kernels load any of fp32, bf16, fp16 and compute in fp32).
     """
+    q, k, v, edge_attr, weight, bias = cast_like_autocast(q, k, v, edge_attr, weight, bias)
     index = attention_index(edges, q.device, k.shape[1])
     e = F.linear(edge_attr, weight, bias).unflatten(-1, q.shape[-2:])
     out, _ = graph_attention_op(q, k, v, e, *index.tensors())

@@ -17,15 +17,19 @@ from torch import Tensor
 _local = threading.local()
 
 
-def scratch(name: str, shape: tuple[int, ...], like: Tensor, reserve: int = 0) -> Tensor:
-    """A contiguous (uninitialised) tensor of ``shape`` on ``like``'s device and dtype, backed by the buffer
-    ``name``, which holds at least ``reserve`` elements (so later, larger requests need no new buffer). The
-    result is only valid until the next call with the same name: never return or save it."""
+def scratch(
+    name: str, shape: tuple[int, ...], like: Tensor, reserve: int = 0, dtype: torch.dtype | None = None
+) -> Tensor:
+    """A contiguous (uninitialised) tensor of ``shape`` on ``like``'s device, in ``dtype`` (default: like's),
+    backed by the buffer ``name`` of that dtype, which holds at least ``reserve`` elements (so later, larger
+    requests need no new buffer). The result is only valid until the next call with the same name and dtype:
+    never return or save it."""
     buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = _local.__dict__.setdefault("buffers", {})
-    key, numel = (name, like.device, like.dtype), math.prod(shape)
+    dtype = dtype or like.dtype
+    key, numel = (name, like.device, dtype), math.prod(shape)
     buffer = buffers.get(key)
     if buffer is None or buffer.numel() < numel:
         buffers.pop(key, None)
-        buffer = torch.empty(max(numel, reserve), device=like.device, dtype=like.dtype)
+        buffer = torch.empty(max(numel, reserve), device=like.device, dtype=dtype)
         buffers[key] = buffer
     return buffer[:numel].view(shape)

@@ -3,7 +3,7 @@
 Order: ``warmup_steps`` untimed steps; ``steps`` steps with the phase clock and the memory sampler (clean
 timings, no profiler overhead); ``profiled_steps`` under torch.profiler (operator tables, trace, memory
 timeline); then the dataloader alone for ``loader_batches`` batches. The same training step as ``anemo-train``
-runs throughout (``Trainer._train_step``).
+runs throughout (``Trainer.train_step``).
 """
 
 from __future__ import annotations
@@ -31,15 +31,7 @@ LOG = logging.getLogger(__name__)
 
 def _training_batches(trainer: Trainer) -> Iterator[torch.Tensor]:
     """A fresh iterator over the run's training batches from the first sample (the sampler never ends)."""
-    cfg = trainer.config
-    return iter(
-        trainer.data.train_loader(
-            batch_size=cfg.dataloader.batch_size.train,
-            num_workers=cfg.dataloader.num_workers.train,
-            seed=cfg.training.seed,
-            start_sample=0,
-        )
-    )
+    return iter(trainer.train_loader(start_sample=0))
 
 
 def parameters_per_component(model: torch.nn.Module) -> dict[str, int]:
@@ -81,8 +73,7 @@ def profile_training(config: RunConfig, *, trainer: Trainer) -> ProfileReport | 
         clock.start_step("data loading")
         batch = next(stream)
         clock.switch("host to device")
-        batch = batch.to(device, non_blocking=True)
-        trainer._train_step(batch)
+        trainer.train_step(trainer.prepare_train_batch(batch))
         trainer.step += 1
         clock.switch(None)
 

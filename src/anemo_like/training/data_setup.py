@@ -6,14 +6,15 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from anemo_like.config.schema import RunConfig
+from anemo_like.config.schema import DataloaderConfig, RunConfig
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.normalizer import Normalizer
@@ -26,27 +27,36 @@ LOG = logging.getLogger(__name__)
 
 
 class ResumableShuffleSampler(Sampler[int]):
-    """Endless stream of sample indices: a fresh seeded permutation per epoch, starting at any global position.
+    """Endless stream of sample indices: a fresh seeded permutation per pass, starting at any global position.
 
     The stream depends only on (seed, position), so a resumed run sees exactly the samples it would have seen.
     With ``world_size`` data-parallel ranks, each global batch of ``batch_size * world_size`` consecutive
     positions is split into contiguous per-rank batches, so together the ranks see what one process with the
-    global batch would see.
+    global batch would see. ``pass_length``: samples per pass (the first ones of each permutation); None: all.
     """
 
     def __init__(
-        self, num_samples: int, *, seed: int, start: int = 0, batch_size: int = 1, rank: int = 0, world_size: int = 1
+        self,
+        num_samples: int,
+        *,
+        seed: int,
+        start: int = 0,
+        batch_size: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
+        pass_length: int | None = None,
     ) -> None:
         self.num_samples = num_samples
+        self.pass_length = num_samples if pass_length is None else min(pass_length, num_samples)
         self.seed = seed
         self.start = start
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
 
     def _global_stream(self) -> Iterator[int]:
-        epoch, offset = divmod(self.start, self.num_samples)
+        epoch, offset = divmod(self.start, self.pass_length)
         while True:
             order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))
-            yield from order[offset:].tolist()
+            yield from order[offset : self.pass_length].tolist()
             epoch, offset = epoch + 1, 0
 
     def __iter__(self) -> Iterator[int]:
@@ -55,6 +65,31 @@ class ResumableShuffleSampler(Sampler[int]):
         while True:
             global_batch = [next(stream) for _ in range(self.batch_size * self.world_size)]
             yield from (global_batch[i] for i in mine)
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The ``torch.utils.data.DataLoader`` keyword arguments of one split, from ``dataloader.*`` and the device."""
+
+    batch_size: int
+    num_workers: int = 0
+    prefetch_factor: int | None = None  # None with 0 workers (the DataLoader refuses a value then)
+    pin_memory: bool = False  # only on CUDA: pinning needs an accelerator
+    persistent_workers: bool = False
+
+    @classmethod
+    def for_split(cls, config: DataloaderConfig, split: Literal["train", "val"], device: torch.device) -> LoaderOptions:
+        workers = getattr(config.num_workers, split)
+        return cls(
+            batch_size=getattr(config.batch_size, split),
+            num_workers=workers,
+            prefetch_factor=(config.prefetch_factor or 2) if workers else None,
+            pin_memory=config.pin_memory and device.type == "cuda",
+            persistent_workers=workers > 0 and config.persistent_workers is not False,
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -80,25 +115,51 @@ class DataSetup:
 
     def train_loader(
         self,
+        options: LoaderOptions,
         *,
-        batch_size: int,
-        num_workers: int,
         seed: int,
         start_sample: int,
         rank: int = 0,
         world_size: int = 1,
         grid: tuple[int, int] | None = None,
+        limit_batches: int | None = None,
     ) -> DataLoader:
         """Batches of data-parallel instance ``rank`` of ``world_size``; ``start_sample`` is the global position
-        (steps done × batch_size × world_size); ``grid``: read only grid points [start, stop)."""
+        (steps done × batch_size × world_size); ``grid``: read only grid points [start, stop); ``limit_batches``:
+        global batches per pass over the samples."""
+        global_batch = options.batch_size * world_size
         sampler = ResumableShuffleSampler(
-            len(self.train), seed=seed, start=start_sample, batch_size=batch_size, rank=rank, world_size=world_size
+            len(self.train),
+            seed=seed,
+            start=start_sample,
+            batch_size=options.batch_size,
+            rank=rank,
+            world_size=world_size,
+            pass_length=None if limit_batches is None else limit_batches * global_batch,
         )
         dataset = self.train if grid is None else self.train.with_grid(*grid)
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True)
+        return DataLoader(dataset, sampler=sampler, drop_last=True, **options.kwargs())
 
-    def val_loader(self, *, batch_size: int, num_workers: int) -> DataLoader:
-        return DataLoader(self.val, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    def val_loader(self, options: LoaderOptions) -> DataLoader:
+        return DataLoader(self.val, shuffle=False, **options.kwargs())
+
+    def device_normalizer(self, device: torch.device) -> DeviceNormalizer | None:
+        """Normalises batches on ``device`` when the workers send physical values; None when they normalise."""
+        return None if self.train.normalize else DeviceNormalizer(self.normalizer, device)
+
+
+class DeviceNormalizer:
+    """(physical - offset) / scale of the read variables, in place on the training device (fp32)."""
+
+    def __init__(self, normalizer: Normalizer, device: torch.device) -> None:
+        self.offset = torch.as_tensor(normalizer.offset, dtype=torch.float32, device=device)
+        self.scale = torch.as_tensor(normalizer.scale, dtype=torch.float32, device=device)
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        """batch: (B, T, G, V_read + V_computed) float32 -> the same tensor, read variables normalised."""
+        read = batch[..., : self.offset.shape[0]]
+        read.sub_(self.offset).div_(self.scale)
+        return batch
 
 
 def writable_cache_dir(config: RunConfig) -> Path:
@@ -201,6 +262,7 @@ def setup_data(config: RunConfig) -> DataSetup:
             nan_policy=config.data.nan_policy,
             input_states=multistep,
             target_names=roles.output,
+            normalize=not config.dataloader.normalize_on_device,
         )
         if len(dataset) == 0:
             raise ValueError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -14,14 +14,15 @@ def rollout(
     *,
     multistep: int,
     steps: int,
-    input_positions: list[int],
-    output_positions: list[int],
+    input_positions: Sequence[int] | Tensor,
+    output_positions: Sequence[int] | Tensor,
     num_prognostic: int,
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (prediction, target) for ``steps`` autoregressive steps.
 
     batch: (B, multistep + steps, G, V_sample) normalised; prediction and target: (B, G, V_out).
-    Input and output both start with the prognostic variables (``num_prognostic`` of them).
+    Input and output both start with the prognostic variables (``num_prognostic`` of them). Positions given as
+    tensors on the batch's device are used as they are (no host-to-device copy per call).
     """
     inputs = torch.as_tensor(input_positions, device=batch.device)
     outputs = torch.as_tensor(output_positions, device=batch.device)

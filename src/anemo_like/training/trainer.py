@@ -1,4 +1,8 @@
-"""The training loop in plain PyTorch: AdamW, warm-up + cosine LR, clipping, rollout loss, validation, checkpoints."""
+"""The training loop in plain PyTorch: AdamW, warm-up + cosine LR, clipping, rollout loss, validation, checkpoints.
+
+The hot path never waits for the device: the loss is summed on the device and read every
+``diagnostics.log_every_n_steps``; stop decisions travel on a CPU group (:class:`StopVote`).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ import torch
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.distributed.data_parallel import (
     GradientBuckets,
-    any_rank,
     barrier,
     mean_over_ranks,
     release_process_group,
@@ -30,6 +33,7 @@ from anemo_like.distributed.environment import (
 from anemo_like.distributed.groups import build_process_groups
 from anemo_like.distributed.parallelize import parallelize
 from anemo_like.distributed.primitives import gather_nodes, node_shard_bounds
+from anemo_like.distributed.stop_vote import StopVote
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.inference.checkpoint import save_inference_checkpoint
 from anemo_like.models.backends import check_backends
@@ -54,9 +58,12 @@ from anemo_like.training.checkpoint import (
     save_training_checkpoint,
     set_rng_state,
 )
-from anemo_like.training.data_setup import DataSetup, setup_data
+from anemo_like.training.cuda_graphs import CapturedStep, cuda_graph_refusal
+from anemo_like.training.data_setup import DataSetup, LoaderOptions, setup_data
 from anemo_like.training.loss import WeightedMSE
+from anemo_like.training.optimizer import build_adamw, set_learning_rate
 from anemo_like.training.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
+from anemo_like.training.precision import precision_plan
 from anemo_like.training.preemption import Preempted, PreemptionSignal
 from anemo_like.training.progress import Progress
 from anemo_like.training.rollout import rollout
@@ -143,13 +150,18 @@ class Trainer:
                 processor_edges=config.model.processor.type == "graphtransformer",
             )
         check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
-        check_backends(config.model, self.device)
+        if config.training.cuda_graphs:
+            refusal = cuda_graph_refusal(config, self.device, self.launch.world_size)
+            if refusal is not None:
+                raise ValueError(f"training.cuda_graphs=true: {refusal}")
+        self.precision = precision_plan(config.training.precision, self.device, cuda_graphs=config.training.cuda_graphs)
+        check_backends(config.model, self.device, self.precision.autocast_dtype or self.precision.param_dtype)
         self.config = config = config.model_copy(update={"model": self._resolve_chunks(config)})
         if self.device.type == "cpu":
             set_heap_release(config.system.hardware.release_cpu_heap_mib)
         self.model = ForecastModel(
             config=config.model, graph=self.graph, layout=self.data.layout, multistep=config.training.multistep_input
-        ).to(self.device)
+        ).to(self.device, self.precision.param_dtype)
         parallelize(self.model, self.groups, broadcast_buffers=hardware.broadcast_buffers)
         if config.model.compile:
             compile_modules(
@@ -166,15 +178,21 @@ class Trainer:
         )
         opt = config.training.optimizer
         self.lr_factor = learning_rate_scale(opt.lr_scaling, self.groups.dp_size)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
-        )
+        self.optimizer = build_adamw(self.model.parameters(), opt, capturable=config.training.cuda_graphs)
+        self.normalize_batch = self.data.device_normalizer(self.device)
+        # sample positions of the model's inputs and targets, on the device once (no copy per step)
+        self.input_index = torch.as_tensor(self.data.input_positions, device=self.device)
+        self.output_index = torch.as_tensor(self.data.output_positions, device=self.device)
+        self.val_loader = self.data.val_loader(self.loader_options("val"))  # built once: workers may persist
+        self.grid_sizes = [b - a for a, b in node_shard_bounds(self.graph["data"].num_nodes, self.groups.reader_size)]
         weights = [config.training.variable_loss_weights.get(n, 1.0) for n in self.data.roles.output]
         self.area_weight = torch.as_tensor(self.graph["data"].area_weight, dtype=torch.float32)
         self.loss_fn = WeightedMSE(
             area_weight=self.area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32)
         ).to(self.device)
         self.step = 0
+        self.captured: CapturedStep | None = None  # training.cuda_graphs: the captured step, once warmed up
+        self.eager_steps = 0
         self.clock = PhaseClock(self.device)  # records only while anemo-profile turns it on
         self.graph_hash = graph_fingerprint(self.graph)
         resume = self._resume_path(config.training.resume)
@@ -262,35 +280,94 @@ class Trainer:
         self._last_save = time.perf_counter()
 
     # -------------------------------------------------------------------------------------------- loop
-    def _train_step(self, batch: torch.Tensor) -> torch.Tensor:
-        cfg = self.config.training
-        steps = rollout_steps(self.step, config=cfg.rollout)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_factor * learning_rate(self.step, config=cfg.optimizer, max_steps=cfg.max_steps)
-        loss = torch.zeros((), device=self.device)
-        predictions = rollout(
-            self.model,
-            batch,
-            multistep=cfg.multistep_input,
-            steps=steps,
-            input_positions=self.data.input_positions,
-            output_positions=self.data.output_positions,
-            num_prognostic=len(self.data.roles.prognostic),
+    def loader_options(self, split: str) -> LoaderOptions:
+        return LoaderOptions.for_split(self.config.dataloader, split, self.device)
+
+    def train_loader(self, start_sample: int) -> torch.utils.data.DataLoader:
+        """This rank's training batches from global sample position ``start_sample`` (its grid slice when the
+        reader group splits the grid)."""
+        cfg = self.config
+        readers = self.groups.reader_size
+        grid_bounds = node_shard_bounds(self.graph["data"].num_nodes, readers)
+        return self.data.train_loader(
+            self.loader_options("train"),
+            seed=cfg.training.seed,
+            start_sample=start_sample,
+            rank=self.groups.dp_rank,
+            world_size=self.groups.dp_size,
+            grid=grid_bounds[self.groups.reader_rank] if readers > 1 else None,
+            limit_batches=cfg.dataloader.limit_batches.train,
         )
-        for prediction, target in predictions:
-            loss = loss + self.loss_fn(prediction, target) / steps
+
+    def prepare_batch(self, batch: torch.Tensor) -> torch.Tensor:
+        """A loader batch of the whole grid made ready for the model: on the device, normalised (with
+        ``dataloader.normalize_on_device``) and in the weights' dtype."""
+        batch = batch.to(self.device, non_blocking=True)
+        if self.normalize_batch is not None:
+            batch = self.normalize_batch(batch)
+        return batch.to(self.precision.param_dtype)
+
+    def prepare_train_batch(self, batch: torch.Tensor) -> torch.Tensor:
+        """:meth:`prepare_batch` for a training batch of this rank's grid slice: the reader group's slices are
+        gathered first."""
+        batch = batch.to(self.device, non_blocking=True)
+        return self.prepare_batch(gather_nodes(batch, self.groups.reader_group, self.grid_sizes, dim=2))
+
+    def train_step(self, batch: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on a prepared batch; returns the loss (a device tensor, not read here). With
+        ``training.cuda_graphs``, the step after ``cuda_graph_warmup`` eager ones is captured, later ones replay it."""
+        cfg = self.config.training
+        set_learning_rate(
+            self.optimizer,
+            self.lr_factor * learning_rate(self.step, config=cfg.optimizer, max_steps=cfg.max_steps),
+        )
+        if self.captured is not None:
+            return self.captured(batch)
+        if cfg.cuda_graphs and self.eager_steps == cfg.cuda_graph_warmup:
+            started = time.perf_counter()
+            self.captured = CapturedStep(self._forward_backward_update, batch, self.optimizer)
+            LOG.info("captured the training step as a CUDA graph in %.1f s", time.perf_counter() - started)
+            return self.captured.first_loss
+        self.eager_steps += 1
         if self.gradients is None:
             self.optimizer.zero_grad(set_to_none=True)
         else:
             self.gradients.zero()
+        return self._forward_backward_update(batch)
+
+    def _forward_backward_update(self, batch: torch.Tensor) -> torch.Tensor:
+        """Rollout loss, backward, gradient averaging and clipping, optimiser step; gradients must be zero or None.
+        Free of host-device syncs, so a CUDA graph can capture it."""
+        cfg = self.config.training
+        steps = rollout_steps(self.step, config=cfg.rollout)
+        scaler = self.precision.scaler
+        loss = torch.zeros((), device=self.device)
+        with self.precision.autocast():
+            predictions = rollout(
+                self.model,
+                batch,
+                multistep=cfg.multistep_input,
+                steps=steps,
+                input_positions=self.input_index,
+                output_positions=self.output_index,
+                num_prognostic=len(self.data.roles.prognostic),
+            )
+            for prediction, target in predictions:
+                loss = loss + self.loss_fn(prediction.float(), target.float()) / steps
         self.clock.switch("decoder backward")
-        loss.backward()
+        (loss if scaler is None else scaler.scale(loss)).backward()
         self.clock.switch("optimizer step")
         if self.gradients is not None:
             self.gradients.average()
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
         if cfg.optimizer.gradient_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm)
-        self.optimizer.step()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm, foreach=True)
+        if scaler is None:
+            self.optimizer.step()
+        else:
+            scaler.step(self.optimizer)
+            scaler.update()
         return loss.detach()
 
     def validate(self) -> ValidationResult:
@@ -298,7 +375,7 @@ class Trainer:
         output_index = [self.data.roles.read.index(n) for n in self.data.roles.output]
         return validate(
             self.model,
-            self.data.val_loader(batch_size=cfg.dataloader.batch_size.val, num_workers=cfg.dataloader.num_workers.val),
+            self.val_loader,
             loss_fn=self.loss_fn,
             multistep=cfg.training.multistep_input,
             steps=cfg.training.val_rollout,
@@ -311,25 +388,17 @@ class Trainer:
             area_weight=self.area_weight,
             device=self.device,
             climatology=self.data.climatology,
-            limit_batches=cfg.dataloader.limit_val_batches,
+            limit_batches=cfg.dataloader.limit_batches.val,
+            prepare=self.prepare_batch,
+            autocast=self.precision.autocast,
         )
 
     def fit(self) -> RunOutputs | None:
         """Train to ``training.max_steps``; returns the outputs on rank 0 (None on other data-parallel ranks)."""
         cfg = self.config
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main)
-        instances, readers = self.groups.dp_size, self.groups.reader_size
-        grid_bounds = node_shard_bounds(self.graph["data"].num_nodes, readers)
-        loader = self.data.train_loader(
-            batch_size=cfg.dataloader.batch_size.train,
-            num_workers=cfg.dataloader.num_workers.train,
-            seed=cfg.training.seed,
-            start_sample=self.step * cfg.dataloader.batch_size.train * instances,
-            rank=self.groups.dp_rank,
-            world_size=instances,
-            grid=grid_bounds[self.groups.reader_rank] if readers > 1 else None,
-        )
-        grid_sizes = [stop - start for start, stop in grid_bounds]
+        loader = self.train_loader(self.step * cfg.dataloader.batch_size.train * self.groups.dp_size)
+        stop_vote = StopVote()
         progress = Progress(
             total=cfg.training.max_steps, start=self.step, enabled=cfg.diagnostics.progress_bar and self.is_main
         )
@@ -356,16 +425,15 @@ class Trainer:
             while self.step < cfg.training.max_steps:
                 if recorder is not None:
                     recorder.step_started(self.step - first_step)
-                batch = next(batches).to(self.device, non_blocking=True)
-                batch = gather_nodes(batch, self.groups.reader_group, grid_sizes, dim=2)  # each rank read a slice
-                loss_sum += self._train_step(batch)
+                batch = self.prepare_train_batch(next(batches))
+                loss_sum += self.train_step(batch)
                 loss_count += 1
                 self.step += 1
                 last = self.step == cfg.training.max_steps
                 now = time.perf_counter()
                 over_budget = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
                 # every rank stops at the same step: a signal or the budget on one rank stops them all
-                preempted, out_of_time = any_rank((preemption.received is not None, over_budget), self.device)
+                preempted, out_of_time = stop_vote((preemption.received is not None, over_budget))
                 stopping = last or out_of_time or preempted
                 if self.step % cfg.diagnostics.log_every_n_steps == 0 or stopping:
                     record = {
@@ -379,6 +447,7 @@ class Trainer:
                     progress.update(self.step, loss=record["train_loss"])
                     loss_sum, loss_count = torch.zeros((), device=self.device), 0
                 if preempted:
+                    stop_vote.finish()
                     if self.is_main:
                         self.save_checkpoint()
                     progress.close()
@@ -406,6 +475,7 @@ class Trainer:
                         "training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step
                     )
                     break
+            stop_vote.finish()
         progress.close()
         if recorder is not None:
             recorder.close()
@@ -472,20 +542,21 @@ class Trainer:
         """The first validation sample's first-lead (prediction, target), (B, G, V_out) each (every rank of a
         sharded model instance takes part)."""
         self.model.eval()
-        batch = self.data.val[0].unsqueeze(0).to(self.device)
-        prediction, target = next(
-            rollout(
-                self.model,
-                batch,
-                multistep=self.config.training.multistep_input,
-                steps=1,
-                input_positions=self.data.input_positions,
-                output_positions=self.data.output_positions,
-                num_prognostic=len(self.data.roles.prognostic),
+        batch = self.prepare_batch(self.data.val[0].unsqueeze(0))
+        with self.precision.autocast():
+            prediction, target = next(
+                rollout(
+                    self.model,
+                    batch,
+                    multistep=self.config.training.multistep_input,
+                    steps=1,
+                    input_positions=self.data.input_positions,
+                    output_positions=self.data.output_positions,
+                    num_prognostic=len(self.data.roles.prognostic),
+                )
             )
-        )
         self.model.train()
-        return prediction, target
+        return prediction.float(), target.float()
 
     def _plot_forecast(self, prediction: torch.Tensor, target: torch.Tensor) -> None:
         roles = self.data.roles

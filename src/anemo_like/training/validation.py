@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,12 +78,15 @@ def validate(
     device: torch.device,
     climatology: np.ndarray | None = None,
     limit_batches: int | None = None,
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    autocast: Callable[[], AbstractContextManager] = contextlib.nullcontext,
 ) -> ValidationResult:
     """Score ``steps`` autoregressive steps on every validation sample.
 
     ``output_scale`` (V_out,) turns normalised errors into physical units (offsets cancel in differences).
     ``climatology`` (G, V_out), normalised, is scored as a forecast too.
     Non-finite targets (``data.nan_policy: mask``) are left out: each RMSE is over the points that have a target.
+    ``prepare`` makes a loader batch ready on ``device`` (default: a copy there); ``autocast`` wraps the forward.
     """
     was_training = model.training
     model.eval()
@@ -92,23 +98,27 @@ def validate(
     weight_model, weight_pers = torch.zeros_like(sq_model), torch.zeros_like(sq_pers)
     sq_clim = torch.zeros_like(sq_model)
     clim = None if climatology is None else torch.as_tensor(climatology, dtype=torch.float32, device=device)
-    loss_sum, samples = 0.0, 0
+    loss_sum, samples = torch.zeros((), dtype=torch.float64, device=device), 0
     for i, batch in enumerate(loader):
         if limit_batches is not None and i >= limit_batches:
             break
-        batch = batch.to(device)
-        last_state = batch[:, multistep - 1].index_select(-1, prognostic_inputs)
-        predictions = rollout(
-            model,
-            batch,
-            multistep=multistep,
-            steps=steps,
-            input_positions=input_positions,
-            output_positions=output_positions,
-            num_prognostic=num_prognostic,
-        )
+        batch = batch.to(device) if prepare is None else prepare(batch)
+        last_state = batch[:, multistep - 1].index_select(-1, prognostic_inputs).float()
+        with autocast():
+            predictions = list(
+                rollout(
+                    model,
+                    batch,
+                    multistep=multistep,
+                    steps=steps,
+                    input_positions=input_positions,
+                    output_positions=output_positions,
+                    num_prognostic=num_prognostic,
+                )
+            )
         for step, (prediction, target) in enumerate(predictions):
-            loss_sum += float(loss_fn(prediction, target)) * batch.shape[0] / steps
+            prediction, target = prediction.float(), target.float()
+            loss_sum += loss_fn(prediction, target) * batch.shape[0] / steps
             valid = target.isfinite()
             err = torch.where(valid, prediction - target, 0.0).double() * scale
             sq_model[step] += torch.einsum("g,bgv->v", weight.double(), err.square())
@@ -124,7 +134,7 @@ def validate(
         samples += batch.shape[0]
     model.train(was_training)
     if samples == 0:
-        raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_val_batches")
+        raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_batches.val")
     return ValidationResult(
         variables=output_names,
         leads=[format_frequency(step_length * (s + 1)) for s in range(steps)],
@@ -132,6 +142,6 @@ def validate(
         model_rmse=np.sqrt((sq_model / weight_model).cpu().numpy()),
         persistence_rmse=np.sqrt((sq_pers / weight_pers).cpu().numpy()),
         climatology_rmse=None if clim is None else np.sqrt((sq_clim / weight_model).cpu().numpy()),
-        loss=loss_sum / samples,
+        loss=float(loss_sum) / samples,
         num_samples=samples,
     )
