@@ -8,7 +8,8 @@ one attention call at the size of a reference processor layer.
 - sliding-window attention (``model.processor.attention_implementation``): the same nodes and heads, window 512.
 
 Part 2: forward + backward of the whole model at the reference size, eager and with ``--compile`` classes
-compiled (``model.compile``), compile time reported apart.
+compiled (``model.compile``), compile time reported apart; eager and compiled steps alternate, and the speed-up
+is the median of the per-pair ratios (robust to a shared machine's load changing during the run).
 
 Time: median wall and CPU seconds of ``--steps`` steps after ``--warmup``. Memory: on CUDA the peak allocated
 above the start of the step (``torch.cuda.max_memory_allocated``); on CPU the peak of live tensors created in the
@@ -41,33 +42,38 @@ from anemo_like.models.triton_graph_attention import triton_unavailable_reason
 from anemo_like.profiling.live_tensors import LiveTensorTracker
 
 
-def measure(step: Callable[[], None], device: torch.device, *, warmup: int, steps: int) -> dict:
-    """Median wall / CPU seconds of ``step`` and its peak memory in MiB (see the module docstring)."""
-    for _ in range(warmup):
-        step()
-    wall, cpu = [], []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        wall_start, cpu_start = time.perf_counter(), cpu_time_s()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        wall.append(time.perf_counter() - wall_start)
-        cpu.append(cpu_time_s() - cpu_start)
+def _timed(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """Wall and CPU seconds of one call of ``step``."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall_start, cpu_start = time.perf_counter(), cpu_time_s()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - wall_start, cpu_time_s() - cpu_start
+
+
+def peak_mib(step: Callable[[], None], device: torch.device) -> float:
+    """Peak memory of one call of ``step`` in MiB (see the module docstring)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         start = torch.cuda.memory_allocated()
         step()
-        peak = (torch.cuda.max_memory_allocated() - start) / 2**20
-    else:
-        with LiveTensorTracker() as tracker:
-            step()
-        peak = tracker.peak_mib
+        return (torch.cuda.max_memory_allocated() - start) / 2**20
+    with LiveTensorTracker() as tracker:
+        step()
+    return tracker.peak_mib
+
+
+def measure(step: Callable[[], None], device: torch.device, *, warmup: int, steps: int) -> dict:
+    """Median wall / CPU seconds of ``step`` and its peak memory in MiB."""
+    for _ in range(warmup):
+        step()
+    wall, cpu = zip(*(_timed(step, device) for _ in range(steps)), strict=True)
     return {
         "wall_s": round(statistics.median(wall), 4),
         "cpu_s": round(statistics.median(cpu), 4),
-        "peak_mib": round(peak, 1),
+        "peak_mib": round(peak_mib(step, device), 1),
     }
 
 
@@ -125,6 +131,8 @@ def backend_results(graph, args, device: torch.device, dtype: torch.dtype) -> li
 
 
 def model_results(graph, args, device: torch.device) -> list[dict]:
+    """The whole model eager and with the ``--compile`` classes compiled: their steps alternate (the order swapped
+    every pair), so both see the same machine load; ``speedup_vs_eager`` is the median of the pairs' ratios."""
     variables = list(range(8))
     layout = VariableLayout(
         num_input=8, num_output=8, prognostic_input=variables, prognostic_output=variables, relu_floor={}
@@ -133,7 +141,7 @@ def model_results(graph, args, device: torch.device) -> list[dict]:
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(1, 2, grid, 8, generator=generator).to(device)
     y = torch.randn(1, grid, 8, generator=generator).to(device)
-    results = []
+    rows, steps = [], []
     for compiled in (False, True):
         config = ModelConfig(
             num_channels=args.channels,
@@ -157,14 +165,26 @@ def model_results(graph, args, device: torch.device) -> list[dict]:
             torch.nn.functional.mse_loss(model(x), y).backward()
             model.zero_grad(set_to_none=True)
 
-        started = time.perf_counter()
-        model_step()  # compiles, when compiling
-        first = time.perf_counter() - started
-        row = {"model": args.processor, "compile": [e.module for e in entries], "first_step_s": round(first, 2)}
-        results.append({**row, **measure(model_step, device, warmup=args.warmup, steps=args.steps)})
-    eager, compiled = (r["cpu_s"] if device.type == "cpu" else r["wall_s"] for r in results)
-    results[1]["speedup_vs_eager"] = round(eager / compiled, 3)
-    return results
+        first_wall, _ = _timed(model_step, device)  # compiles, when compiling
+        for _ in range(args.warmup):
+            model_step()
+        rows.append(
+            {"model": args.processor, "compile": [e.module for e in entries], "first_step_s": round(first_wall, 2)}
+        )
+        steps.append(model_step)
+    times: list[list[tuple[float, float]]] = [[], []]
+    for i in range(args.steps):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            times[which].append(_timed(steps[which], device))
+    for row, step, timed in zip(rows, steps, times, strict=True):
+        wall, cpu = zip(*timed, strict=True)
+        row |= {"wall_s": round(statistics.median(wall), 4), "cpu_s": round(statistics.median(cpu), 4)}
+        row["peak_mib"] = round(peak_mib(step, device), 1)
+    use = 1 if device.type == "cpu" else 0  # CPU seconds on CPU, wall seconds on a GPU
+    ratios = [e[use] / c[use] for e, c in zip(*times, strict=True)]
+    rows[1]["speedup_vs_eager"] = round(statistics.median(ratios), 3)
+    rows[1]["speedup_vs_eager_pairs"] = [round(r, 3) for r in ratios]
+    return rows
 
 
 def main() -> None:
@@ -184,6 +204,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--skip-model", action="store_true", help="part 1 only")
+    p.add_argument("--skip-backends", action="store_true", help="part 2 only")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -197,7 +218,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "args": {k: v for k, v in vars(args).items() if k != "compile_options"}
         | {"compile_options": args.compile_options},
-        "backends": backend_results(graph, args, device, getattr(torch, args.dtype)),
+        "backends": [] if args.skip_backends else backend_results(graph, args, device, getattr(torch, args.dtype)),
         "model": [] if args.skip_model else model_results(graph, args, device),
     }
     print(json.dumps(report))

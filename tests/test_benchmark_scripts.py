@@ -61,3 +61,12 @@ def test_throughput_benchmark_reports_every_setting(tmp_path, cache_dir) -> None
         "precision=32", "precision=bf16-mixed", "workers=1 prefetch_factor=1", "workers=1 prefetch_factor=2"
     }  # fmt: skip
     assert all(v > 0 for v in report["io_samples_per_s"].values()) and report["default_bounds"]
+
+
+def test_attention_benchmark_alternates_eager_and_compiled_model_steps() -> None:
+    report = run("attention.py", "--steps", "2", "--skip-backends", "--compile", "torch.nn.LayerNorm")
+    assert report["backends"] == []
+    eager, compiled = report["model"]
+    assert eager["compile"] == [] and compiled["compile"] == ["torch.nn.LayerNorm"]
+    assert len(compiled["speedup_vs_eager_pairs"]) == 2 and compiled["speedup_vs_eager"] > 0
+    assert all(row["cpu_s"] > 0 and row["peak_mib"] > 0 for row in (eager, compiled))

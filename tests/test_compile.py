@@ -9,7 +9,9 @@ import torch
 from test_model import make_model
 
 from anemo_like.config.schema import ModelConfig
+from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.compile import compile_modules
+from anemo_like.models.graph_attention import graph_attention_torch
 
 BLOCK = "anemo_like.models.block.GraphTransformerBlock"
 BLOCK_PATHS = ["encoder.block", "processor.layers.0.block", "decoder.block"]
@@ -60,11 +62,29 @@ def test_report_names_compiled_modules_and_state_dict_is_unchanged(small_graph, 
     assert f"compiling {BLOCK} (3 modules), torch.nn.LayerNorm (9 modules); recompile_limit 8" in caplog.text
 
 
+def test_the_blocked_torch_attention_is_a_graph_break_not_traced() -> None:
+    """Traced, the torch backend's block loop unrolled into one huge graph: 4 minutes to compile a block at the
+    reference size and a 1.8x slower step. Dynamo must call it eagerly between two small graphs."""
+    g = torch.Generator().manual_seed(0)
+    dst = torch.randint(0, 20, (200,), generator=g).sort().values
+    edges = SortedEdges(torch.stack([torch.randint(0, 30, (200,), generator=g), dst]), 20)
+    weight, bias, edge_attr = torch.randn(8, 3), torch.randn(8), torch.randn(200, 3)
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return graph_attention_torch(q.relu(), k, v, edge_attr, weight, bias, edges) * 2
+
+    q, k, v = torch.randn(1, 20, 2, 4), torch.randn(1, 30, 2, 4), torch.randn(1, 30, 2, 4)
+    explanation = torch._dynamo.explain(attend)(q, k, v)
+    assert explanation.graph_break_count == 1 and len(explanation.graphs) == 2
+    assert "graph_attention_torch" in str(explanation.break_reasons[0].reason)
+    assert all(len(graph.graph.nodes) < 6 for graph in explanation.graphs)  # relu before, the product after
+
+
 @pytest.mark.slow  # inductor's C++ compiles: about 20 s with a warm inductor cache, a minute or more cold
 def test_compiled_model_trains_like_eager(small_graph, caplog) -> None:
     """Inductor on CPU, 3 Adam steps: losses, outputs and gradients match eager to rtol 1e-4, atol 1e-5 (inductor
     fuses and reorders fp32 reductions). The reference attention backend keeps the graph count, hence the
-    compile time, down; the default backend's custom autograd Function is run eagerly by dynamo anyway."""
+    compile time, down; the default backend is a graph break, run eagerly (the test above)."""
     config = {**SMALL, "graph_attention_backend": "reference"}
     eager, compiled = make_model(small_graph, **config), make_model(small_graph, **config)
     with caplog.at_level(logging.INFO, logger="anemo_like.models.compile"):

@@ -217,6 +217,7 @@ class _BlockedGraphAttention(torch.autograd.Function):
         return (*(None if g is None else g.to(t.dtype) for g, t in zip(grads, inputs, strict=True)), None)
 
 
+@torch.compiler.disable(reason="hand-blocked kernel: traced, its block loop unrolls into a huge, slow graph")
 def graph_attention_torch(
     q: Tensor,
     k: Tensor,
@@ -228,7 +229,10 @@ def graph_attention_torch(
     *,
     min_blocks: int = 1,
 ) -> Tensor:
-    """Edge-softmax attention over bounded edge blocks (at least ``min_blocks``); same result as the reference."""
+    """Edge-softmax attention over bounded edge blocks (at least ``min_blocks``); same result as the reference.
+
+    ``torch.compile`` runs it eagerly (a graph break): traced, its per-block loop and scratch buffers would unroll
+    into one huge graph, minutes to compile and slower than this already fused eager code."""
     batch, _, heads, channels = q.shape
     blocks = edges.blocks(edges_per_block(batch, heads, channels), min_blocks)
     return apply_autocast(_BlockedGraphAttention, q, k, v, edge_attr, weight, bias, blocks)
