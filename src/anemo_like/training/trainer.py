@@ -439,7 +439,7 @@ class Trainer:
                     record = {
                         "step": self.step,
                         "train_loss": float(mean_over_ranks(loss_sum)) / loss_count,
-                        "lr": self.optimizer.param_groups[0]["lr"],
+                        "lr": float(self.optimizer.param_groups[0]["lr"]),  # a tensor under CUDA graphs
                         "rollout": rollout_steps(self.step - 1, config=cfg.training.rollout),
                         "it_per_s": progress.rate(self.step),
                     }
