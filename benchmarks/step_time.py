@@ -103,6 +103,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=32.0,
         help="system.hardware.release_cpu_heap_mib (0: off, glibc keeps freed heap resident)",
     )
+    r.add_argument(
+        "--precision",
+        choices=["32", "bf16-mixed", "16-mixed", "bf16"],
+        default="32",
+        help="training.precision: autocast for the mixed modes, a bf16 model and inputs for bf16",
+    )
     r.add_argument("--seed", type=int, default=0)
     r.add_argument(
         "--live-tensors",
@@ -146,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     from anemo_like.models import ForecastModel, VariableLayout
     from anemo_like.models.heap_release import set_heap_release
     from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+    from anemo_like.training.precision import precision_plan
 
     time_import = time.perf_counter() - start_import
     rss_after_import = current_rss_mib()
@@ -197,6 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     model = ForecastModel(config=model_config, graph=graph, layout=layout, multistep=args.multistep)
     model.train(args.mode == "train")
+    precision = precision_plan(args.precision, torch.device("cpu"))
+    model.to(precision.param_dtype)
     time_model = time.perf_counter() - start
     peak_model = peak_rss_mib()
     n_params = sum(p.numel() for p in model.parameters())
@@ -204,17 +213,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     grid = graph["data"].num_nodes
     generator = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator)
+    x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator).to(precision.param_dtype)
     y = torch.randn(args.batch, grid, args.num_vars, generator=generator)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
 
     def step() -> tuple[float, float, float, float]:
         cpu_start, wall_start = cpu_time_s(), time.perf_counter()
-        with torch.set_grad_enabled(args.mode == "train"):
-            loss = torch.nn.functional.mse_loss(model(x), y)
+        with torch.set_grad_enabled(args.mode == "train"), precision.autocast():
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
         wall_mid = time.perf_counter()
         if args.mode == "train":
-            loss.backward()
+            (loss if precision.scaler is None else precision.scaler.scale(loss)).backward()
         if optimizer is not None:
             optimizer.step()
         wall_end, cpu_end = time.perf_counter(), cpu_time_s()
