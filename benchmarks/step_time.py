@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> dict:
             "mlp_hidden_ratio": args.mlp_hidden_ratio,
             "num_vars": args.num_vars,
             "multistep": args.multistep,
+            "precision": args.precision,
             "num_chunks_mapper": args.num_chunks_mapper,
             "num_chunks_processor": args.num_chunks_processor,
             "grad_checkpointing": not args.no_grad_checkpointing,

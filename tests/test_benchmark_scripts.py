@@ -70,3 +70,9 @@ def test_attention_benchmark_alternates_eager_and_compiled_model_steps() -> None
     assert eager["compile"] == [] and compiled["compile"] == ["torch.nn.LayerNorm"]
     assert len(compiled["speedup_vs_eager_pairs"]) == 2 and compiled["speedup_vs_eager"] > 0
     assert all(row["cpu_s"] > 0 and row["peak_mib"] > 0 for row in (eager, compiled))
+
+
+def test_step_time_runs_each_precision() -> None:
+    for precision in ("32", "bf16-mixed"):
+        report = run("step_time.py", "--steps", "1", "--warmup", "1", "--precision", precision)
+        assert report["args"]["precision"] == precision and report["step_cpu_s_median"] > 0
