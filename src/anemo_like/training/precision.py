@@ -21,7 +21,6 @@ class PrecisionPlan:
     """How a run computes: weights in ``param_dtype``; the forward under autocast to ``autocast_dtype`` (None: no
     autocast); losses scaled by ``scaler`` (16-mixed only, against fp16 gradient underflow)."""
 
-    name: Precision
     device: torch.device
     param_dtype: torch.dtype
     autocast_dtype: torch.dtype | None
@@ -55,4 +54,4 @@ def precision_plan(name: Precision, device: torch.device, *, cuda_graphs: bool =
             str(autocast_dtype or param_dtype).removeprefix("torch.") + (" (autocast)" if autocast_dtype else ""),
             ", gradient scaler" if scaler else "",
         )
-    return PrecisionPlan(name, device, param_dtype, autocast_dtype, scaler, cache_casts=not cuda_graphs)
+    return PrecisionPlan(device, param_dtype, autocast_dtype, scaler, cache_casts=not cuda_graphs)

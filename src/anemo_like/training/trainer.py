@@ -184,7 +184,8 @@ class Trainer:
         self.input_index = torch.as_tensor(self.data.input_positions, device=self.device)
         self.output_index = torch.as_tensor(self.data.output_positions, device=self.device)
         self.val_loader = self.data.val_loader(self.loader_options("val"))  # built once: workers may persist
-        self.grid_sizes = [b - a for a, b in node_shard_bounds(self.graph["data"].num_nodes, self.groups.reader_size)]
+        # each rank of a reader group reads grid points [start, stop) of every sample; the group gathers them
+        self.grid_bounds = node_shard_bounds(self.graph["data"].num_nodes, self.groups.reader_size)
         weights = [config.training.variable_loss_weights.get(n, 1.0) for n in self.data.roles.output]
         self.area_weight = torch.as_tensor(self.graph["data"].area_weight, dtype=torch.float32)
         self.loss_fn = WeightedMSE(
@@ -287,15 +288,13 @@ class Trainer:
         """This rank's training batches from global sample position ``start_sample`` (its grid slice when the
         reader group splits the grid)."""
         cfg = self.config
-        readers = self.groups.reader_size
-        grid_bounds = node_shard_bounds(self.graph["data"].num_nodes, readers)
         return self.data.train_loader(
             self.loader_options("train"),
             seed=cfg.training.seed,
             start_sample=start_sample,
             rank=self.groups.dp_rank,
             world_size=self.groups.dp_size,
-            grid=grid_bounds[self.groups.reader_rank] if readers > 1 else None,
+            grid=self.grid_bounds[self.groups.reader_rank] if self.groups.reader_size > 1 else None,
             limit_batches=cfg.dataloader.limit_batches.train,
         )
 
@@ -311,7 +310,8 @@ class Trainer:
         """:meth:`prepare_batch` for a training batch of this rank's grid slice: the reader group's slices are
         gathered first."""
         batch = batch.to(self.device, non_blocking=True)
-        return self.prepare_batch(gather_nodes(batch, self.groups.reader_group, self.grid_sizes, dim=2))
+        sizes = [stop - start for start, stop in self.grid_bounds]
+        return self.prepare_batch(gather_nodes(batch, self.groups.reader_group, sizes, dim=2))
 
     def train_step(self, batch: torch.Tensor) -> torch.Tensor:
         """One optimiser step on a prepared batch; returns the loss (a device tensor, not read here). With
