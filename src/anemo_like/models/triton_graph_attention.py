@@ -118,6 +118,26 @@ def _jit(fn: Callable) -> Callable:
 
 
 @_jit
+def _destination_edge_tile(
+    K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask,
+    BLOCK_E: tl.constexpr,
+):  # fmt: skip
+    """Edges [first, first + BLOCK_E) of one destination (those before ``stop``), one head of one sample: the
+    edge mask, the (BLOCK_E, BLOCK_C) tile mask and embedding offsets, and keys + embedding, values + embedding
+    in fp32."""
+    edge = first + tl.arange(0, BLOCK_E)
+    edge_mask = edge < stop
+    tile_mask = edge_mask[:, None] & chan_mask[None, :]
+    source = tl.load(SRC + edge, mask=edge_mask, other=0)
+    src_at = (((batch * num_src + source) * heads + head) * channels)[:, None] + chan[None, :]
+    emb_at = ((edge * heads + head) * channels)[:, None] + chan[None, :]
+    emb = tl.load(EMB + emb_at, mask=tile_mask, other=0.0).to(tl.float32)
+    key = tl.load(K + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
+    value = tl.load(V + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
+    return edge_mask, tile_mask, emb_at, key, value
+
+
+@_jit
 def _forward_kernel(
     Q, K, V, EMB, DST_PTR, SRC, OUT, LSE, num_dst, num_src, heads, channels, scale,
     BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -134,19 +154,13 @@ def _forward_kernel(
     denom = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_C], tl.float32)
     for first in range(start, stop, BLOCK_E):
-        edge = first + tl.arange(0, BLOCK_E)
-        edge_mask = edge < stop
-        tile_mask = edge_mask[:, None] & chan_mask[None, :]
-        source = tl.load(SRC + edge, mask=edge_mask, other=0)
-        src_at = (((batch * num_src + source) * heads + head) * channels)[:, None] + chan[None, :]
-        emb_at = ((edge * heads + head) * channels)[:, None] + chan[None, :]
-        emb = tl.load(EMB + emb_at, mask=tile_mask, other=0.0).to(tl.float32)
-        key = tl.load(K + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
+        edge_mask, _, _, key, value = _destination_edge_tile(
+            K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask, BLOCK_E
+        )
         score = tl.where(edge_mask, tl.sum(key * query[None, :], axis=1) * scale, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(score, axis=0))
         weight = tl.exp(score - new_max)
         rescale = tl.exp(running_max - new_max)
-        value = tl.load(V + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
         denom = denom * rescale + tl.sum(weight, axis=0)
         acc = acc * rescale + tl.sum(weight[:, None] * value, axis=0)
         running_max = new_max
@@ -177,15 +191,9 @@ def _backward_dst_kernel(
         log_sum_exp = tl.load(LSE + row)
         grad_query = tl.zeros([BLOCK_C], tl.float32)
         for first in range(start, stop, BLOCK_E):
-            edge = first + tl.arange(0, BLOCK_E)
-            edge_mask = edge < stop
-            tile_mask = edge_mask[:, None] & chan_mask[None, :]
-            source = tl.load(SRC + edge, mask=edge_mask, other=0)
-            src_at = (((batch * num_src + source) * heads + head) * channels)[:, None] + chan[None, :]
-            emb_at = ((edge * heads + head) * channels)[:, None] + chan[None, :]
-            emb = tl.load(EMB + emb_at, mask=tile_mask, other=0.0).to(tl.float32)
-            key = tl.load(K + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
-            value = tl.load(V + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
+            edge_mask, tile_mask, emb_at, key, value = _destination_edge_tile(
+                K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask, BLOCK_E
+            )
             score = tl.sum(key * query[None, :], axis=1) * scale
             alpha = tl.where(edge_mask, tl.exp(score - log_sum_exp), 0.0)
             grad_score = alpha * (tl.sum(value * grad_out[None, :], axis=1) - delta)
