@@ -48,6 +48,21 @@ def calibrate_matmul(torch, n: int = 1024, reps: int = 8) -> float:
     return 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
 
 
+def count_step_flops(torch, step) -> int:
+    """Matrix-multiply FLOPs of one ``step()``, in-place ``addmm_`` (weight-gradient accumulation) included."""
+    from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+
+    if torch.ops.aten.addmm_ not in torch.utils.flop_counter.flop_registry:
+
+        @register_flop_formula(torch.ops.aten.addmm_)
+        def _addmm_inplace(acc_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+            return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
 def grid_coordinates(spec: str):
     """'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N Fibonacci-sphere points. Degrees."""
     import numpy as np
@@ -114,6 +129,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--live-tensors",
         action="store_true",
         help="after the timed steps, run one more under LiveTensorTracker: peak of live tensors, no allocator effects",
+    )
+    r.add_argument(
+        "--count-flops",
+        action="store_true",
+        help="after the timed steps, count the matmul FLOPs of one more step (torch.utils.flop_counter)",
     )
     r.add_argument("--label", default="")
     r.add_argument("--out", default="", help="also append the JSON line to this file")
@@ -254,6 +274,7 @@ def main(argv: list[str] | None = None) -> dict:
         with LiveTensorTracker() as tracker:
             step()
         live_tensor_peak = tracker.peak_mib
+    step_flops = count_step_flops(torch, step) if args.count_flops else None
     load_after = machine_load()
     calib_after = calibrate_matmul(torch)
 
@@ -335,6 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rss_before_steps_mib": mib(rss_before_steps),
         "peak_rss_steps_delta_mib": mib(peak_steps - rss_before_steps),
         "live_tensor_peak_mib": mib(live_tensor_peak),
+        "step_gflop": None if step_flops is None else round(step_flops / 1e9, 4),
         "peak_reset_per_phase": peak_reset,
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
     }

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TINY = ["--grid", "12x24", "--mesh-res", "1", "--channels", "16", "--layers", "2", "--heads", "4"]
 
@@ -76,3 +78,47 @@ def test_step_time_runs_each_precision() -> None:
     for precision in ("32", "bf16-mixed"):
         report = run("step_time.py", "--steps", "1", "--warmup", "1", "--precision", precision)
         assert report["args"]["precision"] == precision and report["step_cpu_s_median"] > 0
+
+
+def test_memory_benchmark_reports_each_chunk_count_and_the_ratios() -> None:
+    """Flags after the reference size override it (here: the tiny size)."""
+    command = [sys.executable, str(BENCHMARKS / "memory.py"), "--chunks", "1,4", "--no-inference", *TINY]
+    done = subprocess.run([*command, "--steps", "1", "--warmup", "0"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, four, summary = (json.loads(line) for line in done.stdout.strip().splitlines())
+    assert (one["num_chunks_mapper"], four["num_chunks_mapper"]) == (1, 4)
+    assert one["graph"]["data_nodes"] == 12 * 24 and one["live_tensor_peak_mib"] > four["live_tensor_peak_mib"] > 0
+    ratio = round(four["peak_step_mib"] / one["peak_step_mib"], 3) if one["peak_step_mib"] > 0 else None
+    assert summary["train_peak_ratio_4_over_1"] == ratio  # None when a tiny step does not raise VmHWM
+
+
+def test_step_time_counts_the_recomputation_flops() -> None:
+    """Checkpointing reruns the forward in backward: more matmul FLOPs per step than without it."""
+    flags = ["--steps", "1", "--warmup", "0", "--count-flops"]
+    checkpointed = run("step_time.py", *flags)["step_gflop"]
+    stored = run("step_time.py", *flags, "--no-grad-checkpointing")["step_gflop"]
+    assert 1.1 * stored < checkpointed < 1.6 * stored
+
+
+def test_compare_anchor_tabulates_ratios_against_a_stand_in_anchor() -> None:
+    """Our own step_time.py stands in for the anchor harness (same flags, same JSON fields)."""
+    script, step_time = BENCHMARKS / "compare_anchor.py", BENCHMARKS / "step_time.py"
+    stand_in = ["--anchor-python", sys.executable, "--anchor-run", str(step_time)]
+    command = [sys.executable, str(script), "--cases", "S", "--rounds", "1", "--steps", "1", *stand_in]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = done.stdout.strip().splitlines()
+    [case] = json.loads(line)["cases"]
+    assert case["case"] == "S" and case["params"]["anchor"] == case["params"]["ours"]
+    for figure in ("step_cpu_s", "step_memory_mib"):
+        f = case[figure]
+        assert f["ratio"] == pytest.approx(f["ours"] / f["anchor"], abs=2e-3)
+    assert case["targets"] == {"cpu_time_ratio": 0.7, "memory_ratio": None}
+    assert "| S |" in done.stderr
+
+
+def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
+    missing = tmp_path / "venv" / "bin" / "python"
+    command = [sys.executable, str(BENCHMARKS / "compare_anchor.py"), "--anchor-python", str(missing)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and f"{missing} does not exist" in done.stderr
