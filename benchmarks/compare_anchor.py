@@ -7,7 +7,7 @@ rounds of each run's median CPU seconds per step and of its step memory, and the
 JSON line with the same figures to stdout. The targets of the speed issue are printed next to the ratios.
 
     bash ../shared/bench/anchor/setup.sh            # once: builds /tmp/anchor/venv
-    python benchmarks/compare_anchor.py --rounds 3  # about 25 minutes on a 2-core machine
+    python benchmarks/compare_anchor.py --rounds 3  # about 15 minutes on a 2-core machine
     python benchmarks/compare_anchor.py --cases S --rounds 5
 
 Step memory is VmHWM during the steps minus RSS just before them for both (``peak_rss_steps_delta_mib``).
