@@ -22,12 +22,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from step_time import REFERENCE  # benchmarks/step_time.py
+
 REPO = Path(__file__).resolve().parents[1]
 STEP_TIME = REPO / "benchmarks" / "step_time.py"
 ANCHOR_RUN = REPO.parent / "shared" / "bench" / "anchor" / "run.py"
 ANCHOR_PYTHON = Path("/tmp/anchor/venv/bin/python")
 
-REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
 CASES = {
     "R": [*REFERENCE, "--num-vars", "8", "--multistep", "2"],
     "T": [*REFERENCE, "--num-vars", "8", "--multistep", "2", "--processor", "transformer"],
@@ -94,11 +95,18 @@ def table(summaries: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["R", "T", "S"])
-    p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each system per case")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run (median taken)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved runs of each system per case")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per run (median taken)")
     p.add_argument("--anchor-python", type=Path, default=ANCHOR_PYTHON)
     p.add_argument("--anchor-run", type=Path, default=ANCHOR_RUN, help="the anchor harness's run.py")
     args = p.parse_args(argv)

@@ -24,8 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from step_time import REFERENCE  # benchmarks/step_time.py
+
 STEP_TIME = Path(__file__).with_name("step_time.py")
-REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
 INFERENCE_SETTINGS = {
     "infer-chunks1": {},
     "infer-env-mapper16": {"ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER": "16"},

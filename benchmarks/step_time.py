@@ -20,6 +20,8 @@ import statistics
 import time
 
 HARNESS_VERSION = 1
+REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
+"""The reference model size of the memory and speed issues, as flags of this script."""
 
 
 def cpu_time_s() -> float:

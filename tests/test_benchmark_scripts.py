@@ -122,3 +122,5 @@ def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
     command = [sys.executable, str(BENCHMARKS / "compare_anchor.py"), "--anchor-python", str(missing)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and f"{missing} does not exist" in done.stderr
+    done = subprocess.run([*command[:2], "--rounds", "0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--rounds: expected a positive integer, got 0" in done.stderr
