@@ -80,6 +80,7 @@ def test_the_blocked_torch_attention_is_a_graph_break_not_traced() -> None:
     assert all(len(graph.graph.nodes) < 6 for graph in explanation.graphs)  # relu before, the product after
 
 
+@pytest.mark.equivalence
 @pytest.mark.slow  # inductor's C++ compiles: about 20 s with a warm inductor cache, a minute or more cold
 def test_compiled_model_trains_like_eager(small_graph, caplog) -> None:
     """Inductor on CPU, 3 Adam steps: losses, outputs and gradients match eager to rtol 1e-4, atol 1e-5 (inductor

@@ -60,6 +60,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
 
 
+@pytest.mark.equivalence
 def test_two_ranks_of_batch_one_follow_one_process_of_batch_two(tmp_path, cache_dir):
     steps = ["training.max_steps=6"]
     [(code, output)] = wait_all(
@@ -95,6 +96,7 @@ def dataset_with_a_nan(tmp_path) -> Path:
     )
 
 
+@pytest.mark.equivalence
 def test_two_instances_of_two_ranks_follow_two_instances_of_one_rank(tmp_path, cache_dir):
     """World 4 = 2 model instances x 2 ranks (sharded: encoder by heads, processor by edges with halos, decoder by
     edges; each rank reads half the grid) trains like world 2 = 2 instances x 1 rank on the same global batch:

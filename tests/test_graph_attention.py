@@ -12,6 +12,8 @@ from anemo_like.models import graph_attention
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
 
+pytestmark = pytest.mark.equivalence
+
 
 def naive_graph_attention(q, k, v, edge_attr, weight, bias, edge_index):
     """Per destination node and head: softmax over incoming edges of <q_i, k_j + e_ij>/sqrt(C), sum a (v_j + e_ij)."""

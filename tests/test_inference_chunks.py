@@ -7,6 +7,8 @@ import pytest
 import torch
 from test_model import make_model
 
+pytestmark = pytest.mark.equivalence
+
 VARIABLES = (
     "ANEMOI_INFERENCE_NUM_CHUNKS",
     "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER",

@@ -60,12 +60,14 @@ def unchunked(small_graph):
     return run_model(small_graph, {})
 
 
+@pytest.mark.equivalence
 @pytest.mark.parametrize("component", COMPONENTS)
 @pytest.mark.parametrize("num_chunks", [2, 4, 8])
 def test_chunked_component_equals_unchunked_fp32(small_graph, unchunked, component: str, num_chunks: int) -> None:
     assert_same_step(run_model(small_graph, {component: num_chunks}), unchunked)
 
 
+@pytest.mark.equivalence
 def test_small_kernel_blocks_equal_one_block(small_graph, unchunked, monkeypatch) -> None:
     """Attention over many edge blocks and the MLP over many row blocks give the one-block numbers."""
     monkeypatch.setattr(graph_attention, "BLOCK_ELEMENTS", 2 * 16 * 8)  # 8 edges per block at B=2, C=16
@@ -73,6 +75,7 @@ def test_small_kernel_blocks_equal_one_block(small_graph, unchunked, monkeypatch
     assert_same_step(run_model(small_graph, {"encoder": 2, "decoder": 4, "processor": 3}), unchunked)
 
 
+@pytest.mark.equivalence
 def test_recomputed_mlp_equals_plain_mlp(monkeypatch) -> None:
     monkeypatch.setattr(mlp, "ROW_BLOCK_ELEMENTS", 12 * 7)  # 7 rows per block; 30 rows: a short last block
     torch.manual_seed(0)

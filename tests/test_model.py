@@ -42,6 +42,7 @@ def test_output_shape_residual_and_bounding(small_graph) -> None:
     assert (model(x_shift)[..., 1] - y[..., 1]).mean() > 50.0
 
 
+@pytest.mark.equivalence
 @pytest.mark.parametrize("processor", ["graphtransformer", "transformer"])
 def test_chunked_equals_unchunked_forward_and_gradients(small_graph, processor: str) -> None:
     def run(num_chunks: int, checkpointing: bool):
@@ -71,6 +72,7 @@ def test_chunked_equals_unchunked_forward_and_gradients(small_graph, processor: 
             torch.testing.assert_close(g[name], g_ref[name], msg=name)
 
 
+@pytest.mark.equivalence
 def test_sliding_window_equals_dense_mask() -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 301, 8, generator=g, dtype=torch.float64) for _ in range(3))

@@ -129,6 +129,7 @@ def worker(rank: int, world: int, port: int) -> None:
     assert not check.failures, "\n".join(check.failures[:20])
 
 
+@pytest.mark.equivalence
 @pytest.mark.parametrize("world", [2, 4])
 def test_sharded_model_equals_single_process(world):
     mp.spawn(worker, args=(world, free_port()), nprocs=world, join=True)

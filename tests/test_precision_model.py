@@ -12,6 +12,8 @@ from anemo_like.models import ForecastModel, mlp
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
 
+pytestmark = pytest.mark.equivalence
+
 MODES = ("bf16-autocast", "fp16-autocast", "bf16")
 AUTOCAST = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}
 

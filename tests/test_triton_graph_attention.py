@@ -33,6 +33,8 @@ from anemo_like.models import triton_graph_attention as tga
 from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.graph_attention import graph_attention_reference
 
+pytestmark = pytest.mark.equivalence
+
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 """This process started with TRITON_INTERPRET=1, so triton and the kernels were wrapped for the interpreter."""
 

@@ -25,6 +25,8 @@ from anemo_like.models.window_attention import (
 )
 from anemo_like.training.trainer import Trainer
 
+pytestmark = pytest.mark.equivalence
+
 
 def flash_attn_stand_in(
     q: Tensor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import os
 import shutil
 import uuid
@@ -16,14 +17,12 @@ import anemo_like
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.inputs import ForecastInputs, variable_metadata
 
+FORECAST_TITLE = "anemo_like forecast"  # the global attribute that marks a forecast this package may replace
+
 
 def netcdf_engine() -> str:
     """netcdf4 (netCDF-4) when the netCDF4 package is installed, else scipy (netCDF-3, always there)."""
     return "netcdf4" if importlib.util.find_spec("netCDF4") is not None else "scipy"
-
-
-def _is_zarr(path: Path) -> bool:
-    return (path / ".zgroup").is_file() or (path / "zarr.json").is_file()
 
 
 def check_writable(path: Path, *, key: str) -> None:
@@ -39,13 +38,64 @@ def check_writable(path: Path, *, key: str) -> None:
         ) from None
 
 
+def _zarr_attributes(path: Path) -> dict | None:
+    """The root attributes of the zarr store at ``path`` (format 2 or 3), or None when it is not one."""
+    for name, key in ((".zattrs", None), ("zarr.json", "attributes")):
+        if (path / name).is_file():
+            try:
+                document = json.loads((path / name).read_text())
+            except (OSError, ValueError):
+                return {}
+            return document.get(key, {}) if key else document
+    return {} if (path / ".zgroup").is_file() or (path / ".zarray").is_file() else None
+
+
+def _netcdf_attributes(path: Path) -> dict | None:
+    """The global attributes of the netCDF file at ``path``, or None when it cannot be read as one."""
+    try:
+        with xr.open_dataset(path, engine=netcdf_engine(), decode_times=False) as dataset:
+            return dict(dataset.attrs)
+    except (OSError, ValueError, TypeError, RuntimeError):
+        return None
+
+
+def _is_our_forecast(attrs: dict | None) -> bool:
+    return attrs is not None and attrs.get("title") == FORECAST_TITLE and "package_version" in attrs
+
+
+def _contents(path: Path) -> str:
+    """What the existing ``path`` holds, in words, for a refusal message."""
+    if path.is_dir():
+        attrs = _zarr_attributes(path)
+        if attrs is None:
+            return "a folder that is not a zarr store"
+        return "an anemoi-datasets dataset" if "variables" in attrs else "a zarr store not written by anemo-infer"
+    if path.suffix == ".nc" and _netcdf_attributes(path) is not None:
+        return "a netCDF file not written by anemo-infer"
+    return "a file that is not a forecast of anemo-infer"
+
+
 def check_output(path: Path) -> None:
-    """Raise ValueError unless the forecast file (.nc) or store (.zarr) can be written, replacing an earlier one."""
+    """Raise ValueError unless the forecast file (.nc) or store (.zarr) can be written at ``path``.
+
+    An existing ``path`` is replaced only when it holds a forecast this package wrote (recognised by its
+    attributes); the input dataset, any other store, file or folder is refused, as is a path inside a zarr store.
+    """
     check_writable(path, key="output")
-    kind = "netCDF file" if path.suffix == ".nc" else "zarr store"
-    replaceable = path.is_file() if path.suffix == ".nc" else _is_zarr(path)
-    if path.exists() and not replaceable:
-        raise ValueError(f"output {path} exists and is not a {kind} to replace; remove it or choose another path")
+    for parent in path.parents:
+        if parent.is_dir() and _zarr_attributes(parent) is not None:
+            raise ValueError(
+                f"output {path} lies inside the zarr store {parent}; choose a path outside it (output=...)"
+            )
+    if not path.exists() and not path.is_symlink():
+        return
+    ours = _zarr_attributes(path) if path.is_dir() else _netcdf_attributes(path) if path.suffix == ".nc" else None
+    if path.is_symlink() or path.is_dir() != (path.suffix == ".zarr") or not _is_our_forecast(ours):
+        what = "a symbolic link" if path.is_symlink() else _contents(path)
+        raise ValueError(
+            f"output {path} holds {what}; anemo-infer only replaces a forecast it wrote itself: "
+            "remove it yourself or choose another path (output=...)"
+        )
 
 
 def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path, precision: str) -> xr.Dataset:
@@ -75,7 +125,7 @@ def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoin
         variables[name] = (("time", "step", "values"), forecasts[..., v], attrs)
     attrs = {
         "Conventions": "CF-1.8",
-        "title": "anemo_like forecast",
+        "title": FORECAST_TITLE,
         "source": f"anemo_like {anemo_like.__version__} (anemo-infer)",
         "package_version": anemo_like.__version__,
         "checkpoint": str(checkpoint),
