@@ -8,10 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import zarr
 from conftest import SHARED_DATASET, TINY_MODEL
 
+from anemo_like.data.builtin import ensure_builtin_dataset
+from anemo_like.data.window_dataset import NonFiniteDataError
+from anemo_like.data.zarr_store import write_anemoi_zarr
 from anemo_like.inference import load_inference_checkpoint
 from anemo_like.training import trainer as trainer_module
 from anemo_like.training.trainer import Trainer
@@ -165,3 +170,54 @@ def test_learning_rate_scales_with_the_number_of_model_instances() -> None:
 
     assert [learning_rate_scale(rule, 4) for rule in ("none", "linear", "sqrt")] == [1.0, 4.0, 2.0]
     assert learning_rate_scale("linear", 1) == learning_rate_scale("sqrt", 1) == 1.0
+
+
+# ------------------------------------------------------------------------------------------ resume and validation
+def records_by_kind(metrics: Path) -> dict[str, list[int]]:
+    """Steps of the training-loss and validation records, in file order."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return {kind: [r["step"] for r in records if kind in r] for kind in ("train_loss", "val_loss")}
+
+
+def test_repeated_resumes_record_each_step_once(tmp_path, compose_run) -> None:
+    common = ["diagnostics.plots=false", "training.val_every_n_steps=2", "training.resume=auto"]
+    for max_steps, times in ((2, 3), (4, 2)):  # a finished run resumed three times, then extended and resumed again
+        for _ in range(times):
+            outputs = Trainer(compose_run(tmp_path, [*common, f"training.max_steps={max_steps}"])).fit()
+            steps = records_by_kind(outputs.metrics)
+            assert steps == {"train_loss": list(range(1, max_steps + 1)), "val_loss": list(range(2, max_steps + 1, 2))}
+
+
+def nan_in_validation_dataset(path: Path, builtin: Path) -> Path:
+    """The built-in dataset with one NaN at one point of a validation date (2000-11-02T00)."""
+    group = zarr.open_group(builtin, mode="r")
+    dates = group["dates"][:]
+    data = group["data"][:]
+    data[int(np.searchsorted(dates, np.datetime64("2000-11-02T00", "s"))), 0, 0, 7] = np.nan
+    return write_anemoi_zarr(
+        path,
+        data=data,
+        variables=list(group.attrs["variables"]),
+        dates=dates,
+        latitudes=group["latitudes"][:],
+        longitudes=group["longitudes"][:],
+        frequency=group.attrs["frequency"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("schedule", "saved_step"),
+    [
+        (["training.max_steps=4", "training.checkpoint_every_n_steps=2", "training.val_every_n_steps=2"], 2),
+        (["training.max_steps=3", "training.checkpoint_every_n_steps=100", "training.val_every_n_steps=100"], 3),
+        (["training.max_steps=6", "training.checkpoint_every_n_steps=3", "training.val_every_n_steps=3"], 3),
+    ],
+    ids=["checkpoint-and-validation-steps-coincide", "last-step", "every-3"],
+)
+def test_a_failing_validation_keeps_the_checkpoint_of_its_step(tmp_path, compose_run, cache_dir, schedule, saved_step):
+    dataset = nan_in_validation_dataset(tmp_path / "nan.zarr", ensure_builtin_dataset(cache_dir))
+    config = compose_run(tmp_path / "run", [f"data.dataset={dataset}", "diagnostics.plots=false", *schedule])
+    with pytest.raises(NonFiniteDataError):
+        Trainer(config).fit()
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["step"] == saved_step

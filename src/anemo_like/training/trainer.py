@@ -110,6 +110,10 @@ class MetricsLog:
                     self.records.append(record)
         path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
+    def has(self, step: int, key: str) -> bool:
+        """Whether a record of ``step`` holds ``key``."""
+        return any(record["step"] == step and key in record for record in self.records)
+
     def write(self, record: dict) -> None:
         self.records.append(record)
         if not self.enabled:
@@ -459,17 +463,17 @@ class Trainer:
                         self.checkpoint_path,
                     )
                     raise Preempted
+                every_minutes = cfg.training.checkpoint_every_minutes
+                timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
+                if self.is_main and (  # before validation: a validation that fails cannot lose the step's checkpoint
+                    self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save
+                ):
+                    self.save_checkpoint()
                 if self.step % cfg.training.val_every_n_steps == 0 or last or out_of_time:
                     if self.validates:
                         result = self.validate()
                         metrics.write({"step": self.step, **result.as_record()})
                     barrier()
-                every_minutes = cfg.training.checkpoint_every_minutes
-                timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
-                if self.is_main and (
-                    self.step % cfg.training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save
-                ):
-                    self.save_checkpoint()
                 if out_of_time:
                     LOG.info(
                         "training.max_minutes (%s) reached at step %d: stopping", cfg.training.max_minutes, self.step
@@ -481,7 +485,8 @@ class Trainer:
             recorder.close()
         if self.validates and result is None:  # resumed at or past max_steps: score the checkpoint
             result = self.validate()
-            metrics.write({"step": self.step, **result.as_record()})
+            if not metrics.has(self.step, "val_loss"):  # a resume of a finished run records it once
+                metrics.write({"step": self.step, **result.as_record()})
         sample = self._forecast_sample() if self.validates and cfg.diagnostics.plots else None
         if not self.is_main:  # rank 0 writes the run's outputs
             release_process_group()
