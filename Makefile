@@ -47,3 +47,16 @@ format: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) outputs build dist $(SITE_DIR)
+
+# GPU proof kit (docs/gpu.md). gpu-wheels: on a machine with the package registries, the wheels an offline CUDA
+# machine lacks, into .gpu-wheels/ (carried with the working tree, < 64 MiB in all). gpu-check: on the CUDA machine,
+# installs them into a scratch folder (not the machine's environment) and writes gpu_report.md / .json into $(GPU_OUT).
+GPU_PYTHON ?= python3
+GPU_OUT ?= $(if $(OUT),$(OUT),outputs/gpu-check)
+.PHONY: gpu-wheels gpu-check
+
+gpu-wheels: $(VENV)/.installed-test
+	$(VENV)/bin/python benchmarks/gpu_wheels.py --out .gpu-wheels
+
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --wheels .gpu-wheels --out $(GPU_OUT)

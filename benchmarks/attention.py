@@ -32,14 +32,14 @@ import torch
 from step_time import cpu_time_s, grid_coordinates  # benchmarks/step_time.py
 
 from anemo_like.config.schema import CompileEntry, ModelConfig
+from anemo_like.diagnostics.live_tensors import LiveTensorTracker
 from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
-from anemo_like.models import window_attention as window
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.compile import compile_modules
-from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
-from anemo_like.models.triton_graph_attention import triton_unavailable_reason
-from anemo_like.profiling.live_tensors import LiveTensorTracker
+from anemo_like.models.ops import window_attention as window
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
+from anemo_like.models.ops.triton_graph_attention import triton_unavailable_reason
+from anemo_like.runtime.compile import compile_modules
 
 
 def _timed(step: Callable[[], None], device: torch.device) -> tuple[float, float]:

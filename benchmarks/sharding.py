@@ -32,14 +32,14 @@ import torch.multiprocessing as mp
 from step_time import cpu_time_s, grid_coordinates  # benchmarks/step_time.py
 
 from anemo_like.config.schema import ModelConfig
+from anemo_like.diagnostics.live_tensors import LiveTensorTracker
 from anemo_like.distributed.data_parallel import GradientBuckets
 from anemo_like.distributed.groups import build_process_groups
-from anemo_like.distributed.parallelize import parallelize
+from anemo_like.distributed.parallelize import shard_model
 from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
-from anemo_like.models.heap_release import set_heap_release
-from anemo_like.profiling.live_tensors import LiveTensorTracker
-from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+from anemo_like.runtime.heap_release import set_heap_release
+from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
 
 class ByteCounter:
@@ -90,7 +90,7 @@ def worker(rank: int, ranks: int, port: int, args: argparse.Namespace, graph_pat
     )  # fmt: skip
     torch.manual_seed(0)
     model = ForecastModel(config=config, graph=graph, layout=layout, multistep=args.multistep)
-    parallelize(model, build_process_groups(ranks, rank, ranks))
+    shard_model(model, build_process_groups(ranks, rank, ranks))  # same seed on every rank: no broadcast needed
     generator = torch.Generator().manual_seed(1)
     grid = graph["data"].num_nodes
     x = torch.randn(1, args.multistep, grid, args.num_vars, generator=generator)

@@ -6,6 +6,11 @@ side by side and tabulated together by its summarize.py. Example (case R):
 
     python benchmarks/step_time.py --grid 96x192 --mesh-res 4 --channels 256 --layers 8 --heads 16 \
         --num-vars 8 --multistep 2 --threads 1 --steps 5
+
+With ``--device cuda`` the model and data live on the GPU: forward and backward are timed by CUDA events (the
+step's GPU time; ``step_s_*``, ``fwd_s_median``, ``bwd_s_median``) and ``peak_mem_mib`` is
+``torch.cuda.max_memory_allocated`` over the timed steps (weights, inputs and activations: everything allocated),
+``peak_mem_steps_delta_mib`` the same above what was allocated just before them. The CPU fields stay (host RSS).
 """
 
 from __future__ import annotations
@@ -65,6 +70,50 @@ def count_step_flops(torch, step) -> int:
     return counter.get_total_flops()
 
 
+class WallClock:
+    """A host time stamp."""
+
+    def __init__(self) -> None:
+        self.at = time.perf_counter()
+
+    def seconds_since(self, earlier: WallClock) -> float:
+        return self.at - earlier.at
+
+
+class CudaClock:
+    """A CUDA event recorded on the current stream: differences are GPU time, read once the later event is done."""
+
+    def __init__(self, torch) -> None:
+        self.event = torch.cuda.Event(enable_timing=True)
+        self.event.record()
+
+    def seconds_since(self, earlier: CudaClock) -> float:
+        self.event.synchronize()
+        return earlier.event.elapsed_time(self.event) / 1e3
+
+
+def cuda_memory_before_steps(torch, device) -> int | None:
+    """Bytes allocated on ``device`` before the timed steps, with its peak counter reset (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def cuda_memory_of_steps(torch, device, before: int | None) -> dict:
+    """Peak allocated over the timed steps, in MiB: absolute and above ``before`` (no fields off CUDA)."""
+    if before is None:
+        return {}
+    peak = torch.cuda.max_memory_allocated(device)
+    return {
+        "peak_mem_mib": round(peak / 2**20, 1),
+        "peak_mem_steps_delta_mib": round((peak - before) / 2**20, 1),
+        "gpu_name": torch.cuda.get_device_name(device),
+        "cuda_memory_source": "torch.cuda.max_memory_allocated over the timed steps, reset after the warm-up",
+    }
+
+
 def grid_coordinates(spec: str):
     """'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N Fibonacci-sphere points. Degrees."""
     import numpy as np
@@ -98,11 +147,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--num-chunks-mapper", type=int, default=4)
     m.add_argument("--num-chunks-processor", type=int, default=None, help="default: 4 if it divides --layers, else 1")
     m.add_argument("--no-grad-checkpointing", action="store_true")
-    m.add_argument("--graph-attention-backend", choices=["torch", "reference"], default="torch")
+    m.add_argument("--graph-attention-backend", choices=["torch", "reference", "triton"], default="torch")
     m.add_argument("--window-size", type=int, default=512, help="transformer processor half window")
     m.add_argument("--node-trainable", type=int, default=8)
     m.add_argument("--edge-trainable", type=int, default=8)
     r = p.add_argument_group("run")
+    r.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: timed by CUDA events")
     r.add_argument("--warmup", type=int, default=2)
     r.add_argument("--steps", type=int, default=5)
     r.add_argument("--batch", type=int, default=1)
@@ -172,14 +222,15 @@ def main(argv: list[str] | None = None) -> dict:
     from anemo_like.config.schema import ModelConfig
     from anemo_like.graphs import build_graph
     from anemo_like.models import ForecastModel, VariableLayout
-    from anemo_like.models.heap_release import set_heap_release
-    from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
-    from anemo_like.training.precision import precision_plan
+    from anemo_like.runtime.heap_release import set_heap_release
+    from anemo_like.runtime.precision import precision_plan
+    from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
     time_import = time.perf_counter() - start_import
     rss_after_import = current_rss_mib()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     heap_release = set_heap_release(args.release_cpu_heap_mib or None)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -226,8 +277,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     model = ForecastModel(config=model_config, graph=graph, layout=layout, multistep=args.multistep)
     model.train(args.mode == "train")
-    precision = precision_plan(args.precision, torch.device("cpu"))
-    model.to(precision.param_dtype)
+    precision = precision_plan(args.precision, device)
+    model.to(device, precision.param_dtype)
     time_model = time.perf_counter() - start
     peak_model = peak_rss_mib()
     n_params = sum(p.numel() for p in model.parameters())
@@ -235,22 +286,28 @@ def main(argv: list[str] | None = None) -> dict:
 
     grid = graph["data"].num_nodes
     generator = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator).to(precision.param_dtype)
-    y = torch.randn(args.batch, grid, args.num_vars, generator=generator)
+    x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator)
+    x = x.to(device, precision.param_dtype)
+    y = torch.randn(args.batch, grid, args.num_vars, generator=generator).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
 
+    def clock() -> WallClock | CudaClock:
+        return CudaClock(torch) if device.type == "cuda" else WallClock()
+
     def step() -> tuple[float, float, float, float]:
-        cpu_start, wall_start = cpu_time_s(), time.perf_counter()
+        cpu_start, start = cpu_time_s(), clock()
         with torch.set_grad_enabled(args.mode == "train"), precision.autocast():
             loss = torch.nn.functional.mse_loss(model(x).float(), y)
-        wall_mid = time.perf_counter()
+        mid = clock()
         if args.mode == "train":
             (loss if precision.scaler is None else precision.scaler.scale(loss)).backward()
         if optimizer is not None:
             optimizer.step()
-        wall_end, cpu_end = time.perf_counter(), cpu_time_s()
+        end = clock()
+        loss_value = float(loss.detach())  # waits for the device
+        cpu_end = cpu_time_s()
         model.zero_grad(set_to_none=True)
-        return wall_mid - wall_start, wall_end - wall_mid, cpu_end - cpu_start, float(loss.detach())
+        return mid.seconds_since(start), end.seconds_since(mid), cpu_end - cpu_start, loss_value
 
     calib_before = calibrate_matmul(torch)
     load_before = machine_load()
@@ -260,6 +317,7 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.warmup):
         step()
     time_warmup = time.perf_counter() - start
+    cuda_before_steps = cuda_memory_before_steps(torch, device)
     forward, backward, total, cpu, losses = [], [], [], [], []
     for _ in range(args.steps):
         f, b, c, loss = step()
@@ -269,9 +327,10 @@ def main(argv: list[str] | None = None) -> dict:
         cpu.append(c)
         losses.append(loss)
     peak_steps = peak_rss_mib()
+    cuda_memory = cuda_memory_of_steps(torch, device, cuda_before_steps)
     live_tensor_peak = None
     if args.live_tensors:
-        from anemo_like.profiling.live_tensors import LiveTensorTracker
+        from anemo_like.diagnostics.live_tensors import LiveTensorTracker
 
         with LiveTensorTracker() as tracker:
             step()
@@ -328,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
             "window_size": args.window_size if args.processor == "transformer" else None,
             "graph_attention_backend": args.graph_attention_backend,
             "mode": args.mode,
+            "device": args.device,
             "release_cpu_heap_mib": args.release_cpu_heap_mib if heap_release else None,
         },
         "graph": graph_summary(graph),
@@ -361,6 +421,7 @@ def main(argv: list[str] | None = None) -> dict:
         "step_gflop": None if step_flops is None else round(step_flops / 1e9, 4),
         "peak_reset_per_phase": peak_reset,
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
+        **cuda_memory,
     }
     line = json.dumps(result)
     print(line, flush=True)

@@ -13,8 +13,8 @@ from conftest import TINY_MODEL
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.models import ForecastModel, VariableLayout
-from anemo_like.models.backends import check_backends, unavailable_backends
-from anemo_like.models.triton_graph_attention import triton_unavailable_reason
+from anemo_like.models.ops.triton_graph_attention import triton_unavailable_reason
+from anemo_like.runtime.backends import check_backends, unavailable_backends
 
 LAYOUT = VariableLayout(
     num_input=3, num_output=3, prognostic_input=[0, 1, 2], prognostic_output=[0, 1, 2], relu_floor={}
@@ -33,7 +33,7 @@ def model_with(graph, **overrides) -> ForecastModel:
 @pytest.mark.skipif(NO_TRITON_HERE is None, reason="Triton kernels can run here: there is nothing to fall back from")
 def test_triton_falls_back_to_torch_with_one_log_line(small_graph, caplog) -> None:
     x = torch.randn(1, 2, small_graph["data"].num_nodes, 3, generator=torch.Generator().manual_seed(1))
-    with caplog.at_level(logging.WARNING, logger="anemo_like.models.graph_attention"):
+    with caplog.at_level(logging.WARNING, logger="anemo_like.models.ops.graph_attention"):
         fallback = model_with(small_graph, graph_attention_backend="triton")(x)
         model_with(small_graph, graph_attention_backend="triton")(x)
     torch.testing.assert_close(fallback, model_with(small_graph, graph_attention_backend="torch")(x))

@@ -1,4 +1,4 @@
-"""model.compile: configured module classes compiled in place with torch.compile (models/compile.py)."""
+"""model.compile: configured module classes compiled in place with torch.compile (runtime/compile.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 from test_model import make_model
 
 from anemo_like.config.schema import ModelConfig
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.compile import compile_modules
-from anemo_like.models.graph_attention import graph_attention_torch
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import graph_attention_torch
+from anemo_like.runtime.compile import compile_modules
 
 BLOCK = "anemo_like.models.block.GraphTransformerBlock"
 BLOCK_PATHS = ["encoder.block", "processor.layers.0.block", "decoder.block"]
@@ -52,7 +52,7 @@ def batch(graph, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_report_names_compiled_modules_and_state_dict_is_unchanged(small_graph, caplog) -> None:
     model = make_model(small_graph, **SMALL)
     keys, params = list(model.state_dict()), list(model.parameters())
-    with caplog.at_level(logging.INFO, logger="anemo_like.models.compile"):
+    with caplog.at_level(logging.INFO, logger="anemo_like.runtime.compile"):
         report = compile_modules(model, entries(BLOCK, "torch.nn.LayerNorm"), recompile_limit=8)
     assert report.modules[BLOCK] == BLOCK_PATHS
     assert "decoder.head.0" in report.modules["torch.nn.LayerNorm"]
@@ -88,7 +88,7 @@ def test_compiled_model_trains_like_eager(small_graph, caplog) -> None:
     compile time, down; the default backend is a graph break, run eagerly (the test above)."""
     config = {**SMALL, "graph_attention_backend": "reference"}
     eager, compiled = make_model(small_graph, **config), make_model(small_graph, **config)
-    with caplog.at_level(logging.INFO, logger="anemo_like.models.compile"):
+    with caplog.at_level(logging.INFO, logger="anemo_like.runtime.compile"):
         report = compile_modules(compiled, entries(BLOCK, "torch.nn.LayerNorm"), recompile_limit=8)
         results = []
         for model in (eager, compiled):
@@ -171,7 +171,7 @@ def test_compile_failure_falls_back_to_eager(small_graph, caplog) -> None:
         on_error="eager",
     )
     x, target = batch(small_graph, 0)
-    with caplog.at_level(logging.WARNING, logger="anemo_like.models.compile"):
+    with caplog.at_level(logging.WARNING, logger="anemo_like.runtime.compile"):
         outputs = [m(x) for m in (eager, model, model)]
     for out in outputs[1:]:
         torch.testing.assert_close(out, outputs[0], rtol=0, atol=0)
@@ -179,7 +179,7 @@ def test_compile_failure_falls_back_to_eager(small_graph, caplog) -> None:
         torch.nn.functional.mse_loss(m(x), target).backward()
     for (name, p), q in zip(eager.named_parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "anemo_like.models.compile"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "anemo_like.runtime.compile"]
     assert warnings == [
         f"model.compile: compiling {BLOCK} at encoder.block failed: RuntimeError: no kernels today; "
         "running its 3 modules eagerly (model.compile_on_error=eager)"
@@ -217,7 +217,7 @@ def test_anemo_train_compiles_the_configured_classes(tmp_path, compose_run, capl
         "diagnostics.plots=false",
         "model.compile=[{module: anemo_like.models.mlp.MLP}]",
     ]
-    with caplog.at_level(logging.INFO, logger="anemo_like.models.compile"):
+    with caplog.at_level(logging.INFO, logger="anemo_like.runtime.compile"):
         outputs = Trainer(compose_run(tmp_path, overrides)).fit()
     assert "model.compile: compiling anemo_like.models.mlp.MLP (" in caplog.text
     assert "first call of anemo_like.models.mlp.MLP at encoder.block.mlp took" in caplog.text

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from anemo_like.models import graph_attention
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
+from anemo_like.models.ops import graph_attention
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
 
 pytestmark = pytest.mark.equivalence
 

@@ -24,20 +24,20 @@ from omegaconf import OmegaConf
 
 import anemo_like
 from anemo_like.config import ConfigError
-from anemo_like.data.builtin import UNITS, VARIABLES, ensure_builtin_dataset
-from anemo_like.data.forcings import computed_forcings
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
-from anemo_like.inference import load_inference_checkpoint
-from anemo_like.inference.config import (
+from anemo_like.config.inference import (
     InferenceConfig,
     check_inference_override_keys,
     inference_config_dir,
     validate_inference_config,
 )
+from anemo_like.data.builtin import UNITS, VARIABLES, ensure_builtin_dataset
+from anemo_like.data.forcings import computed_forcings
+from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.inference import load_inference_checkpoint
 from anemo_like.inference.output import netcdf_engine, open_forecast
 from anemo_like.inference.run import InferenceOutputs, prepare, run_inference
 from anemo_like.models import edge_features
-from anemo_like.models.chunking import DestinationChunk, SortedEdges, plan_destination_chunks
+from anemo_like.models.ops.chunking import DestinationChunk, SortedEdges, plan_destination_chunks
 from anemo_like.training.trainer import Trainer
 
 ERRORS_DOC = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()

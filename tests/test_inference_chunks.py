@@ -1,11 +1,13 @@
-"""ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER|_PROCESSOR]: change chunking in eval mode only, read at every call,
-and never change the numbers."""
+"""ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER|_PROCESSOR]: read at setup (apply_inference_overrides), change chunking in
+eval mode only, and never change the numbers."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from test_model import make_model
+
+from anemo_like.runtime.inference_environment import apply_inference_overrides
 
 pytestmark = pytest.mark.equivalence
 
@@ -44,16 +46,17 @@ def test_env_chunking_in_eval_equals_unchunked(small_graph, clean_env, settings,
         expected = model(x)
         for name, value in settings.items():
             clean_env.setenv(name, value)
-        got = model(x)
+        got = apply_inference_overrides(model)(x)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     assert mapper in model.encoder.edges.planned_chunk_counts() and mapper in model.decoder.edges.planned_chunk_counts()
     processor_edges = model.processor.edges.sorted_edges()
     assert processor_edges.planned_min_blocks() == ([1] if processor is None else [1, processor])
 
 
-def test_env_is_ignored_in_training_and_read_at_every_call(small_graph, clean_env) -> None:
+def test_env_is_ignored_in_training_and_applied_in_eval(small_graph, clean_env) -> None:
     model, x = model_and_input(small_graph)
     clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS", "4")
+    apply_inference_overrides(model)
     model.train()
     model(x).sum().backward()
     processor_edges = model.processor.edges.sorted_edges()
@@ -62,15 +65,15 @@ def test_env_is_ignored_in_training_and_read_at_every_call(small_graph, clean_en
     with torch.no_grad():
         model(x)
         clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS", "2")
-        model(x)
+        apply_inference_overrides(model)(x)
     assert model.encoder.edges.planned_chunk_counts() == [1, 2, 4]
     assert processor_edges.planned_min_blocks() == [1, 2, 4]
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "1.5"])
 def test_invalid_value_names_the_variable(small_graph, clean_env, value: str) -> None:
-    model, x = model_and_input(small_graph)
+    model, _ = model_and_input(small_graph)
     clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR", value)
     expected = f"ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR={value!r}: expected a positive"
-    with pytest.raises(ValueError, match=expected), torch.no_grad():
-        model(x)
+    with pytest.raises(ValueError, match=expected):
+        apply_inference_overrides(model)

@@ -13,11 +13,12 @@ from conftest import latlon_graph
 from test_model import LAYOUT, make_model
 
 from anemo_like.config.schema import ModelConfig
-from anemo_like.models import ForecastModel, graph_attention, mlp
-from anemo_like.models.heap_release import _glibc, free_heap_bytes, maybe_release_heap, set_heap_release
-from anemo_like.models.memory_model import choose_chunks, count_parameters, resolve_auto_chunks, static_bytes
-from anemo_like.profiling.live_tensors import LiveTensorTracker
-from anemo_like.profiling.memory import current_rss_mib
+from anemo_like.diagnostics.live_tensors import LiveTensorTracker
+from anemo_like.models import ForecastModel, mlp
+from anemo_like.models.ops import graph_attention
+from anemo_like.runtime.heap_release import _glibc, free_heap_bytes, maybe_release_heap, set_heap_release
+from anemo_like.runtime.memory_plan import choose_chunks, count_parameters, resolve_auto_chunks, static_bytes
+from anemo_like.runtime.process_memory import current_rss_mib
 
 COMPONENTS = ("encoder", "processor", "decoder")
 
@@ -133,7 +134,7 @@ def test_resolved_auto_chunks_are_logged_and_required(medium_graph, caplog) -> N
     with pytest.raises(ValueError, match=r"num_chunks of \['encoder'\] is 'auto'"):
         ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2)
     params = count_parameters(config, medium_graph, LAYOUT, 2)
-    with caplog.at_level(logging.INFO, logger="anemo_like.models.memory_model"):
+    with caplog.at_level(logging.INFO, logger="anemo_like.runtime.memory_plan"):
         resolved = resolve_auto_chunks(
             config, graph=medium_graph, batch_size=2, num_parameters=params, budget_bytes=16 << 30
         )

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from anemo_like.config.schema import ModelConfig
 from anemo_like.graphs import build_graph
 from anemo_like.models import ForecastModel, VariableLayout
-from anemo_like.models.window_attention import band_attention
+from anemo_like.models.ops.window_attention import band_attention
 
 LAYOUT = VariableLayout(
     num_input=5, num_output=4, prognostic_input=[0, 1, 2], prognostic_output=[0, 1, 2], relu_floor={3: -0.5}
@@ -92,3 +92,20 @@ def test_transformer_processor_needs_no_processor_edges() -> None:
     assert model(torch.randn(1, 2, 72, 5)).shape == (1, 72, 4)
     with pytest.raises(ValueError, match="hidden->hidden edges"):
         make_model(graph)
+
+
+def test_components_take_their_own_config_section(small_graph) -> None:
+    model = make_model(
+        small_graph,
+        encoder={"num_chunks": 2, "gradient_checkpointing": False},
+        decoder={"num_chunks": 8, "shard_strategy": "heads"},
+        processor={"num_layers": 3, "num_chunks": 3, "gradient_checkpointing": False},
+    )
+    encoder, processor, decoder = model.encoder, model.processor, model.decoder
+    assert (encoder.num_chunks, encoder.gradient_checkpointing, encoder.shard_strategy) == (2, False, "edges")
+    assert (decoder.num_chunks, decoder.gradient_checkpointing, decoder.shard_strategy) == (8, True, "heads")
+    assert (processor.num_chunks, processor.gradient_checkpointing, len(processor.layers)) == (3, False, 3)
+    num_data, num_hidden = small_graph["data"].num_nodes, small_graph["hidden"].num_nodes
+    assert (encoder.num_src, encoder.num_dst, encoder.sources_sharded) == (num_data, num_hidden, False)
+    assert (decoder.num_src, decoder.num_dst, decoder.sources_sharded) == (num_hidden, num_data, True)
+    assert (encoder.out_channels, decoder.out_channels) == (16, LAYOUT.num_output)

@@ -79,7 +79,7 @@ def check_model(check: Checks, graph, groups, setup: tuple[str, str, str]) -> No
     name = f"P={groups.model_size} {'/'.join(setup)}"
     single = make_model(graph, *setup)
     sharded = copy.deepcopy(single)
-    shard = parallelize(sharded, groups)
+    shard = parallelize(sharded, groups).shard
     check.true(f"{name} shard size", shard.size == groups.model_size)
     generator = torch.Generator().manual_seed(1)
     grid = graph["data"].num_nodes

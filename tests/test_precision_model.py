@@ -9,8 +9,8 @@ from test_graph_attention import random_problem
 from test_model import LAYOUT, make_model
 
 from anemo_like.models import ForecastModel, mlp
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
 
 pytestmark = pytest.mark.equivalence
 

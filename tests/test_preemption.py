@@ -17,8 +17,6 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
-from anemo_like.atomic_io import PAUSE_FOR_TESTS
-
 RUN = [
     *TINY_MODEL,
     "system.hardware.num_threads=1",
@@ -27,20 +25,22 @@ RUN = [
 ]
 
 
-def start(run_dir: Path, cache_dir: Path, overrides: list[str], env: dict[str, str] | None = None):
+def start(run_dir: Path, cache_dir: Path, overrides: list[str], save_pause_s: float | None = None):
+    """anemo-train in a subprocess; with ``save_pause_s``, every checkpoint write pauses halfway that long."""
+    if save_pause_s is None:
+        launcher = ["-m", "anemo_like.cli.train"]
+    else:
+        launcher = [str(Path(__file__).with_name("slow_checkpoint_writes.py")), str(save_pause_s)]
     command = [
         sys.executable,
-        "-m",
-        "anemo_like.cli.train",
+        *launcher,
         *RUN,
         *overrides,
         f"system.paths.output={run_dir}",
         f"system.paths.cache={cache_dir}",
         f"hydra.run.dir={run_dir / 'hydra'}",
     ]
-    return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
-    )
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def logged_losses(run_dir: Path) -> dict[int, float]:
@@ -91,7 +91,7 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pa
         tmp_path,
         cache_dir,
         ["training.max_steps=4", "training.checkpoint_every_n_steps=2", "training.resume=auto"],
-        env={PAUSE_FOR_TESTS: "60"},
+        save_pause_s=60,
     )
     folder = tmp_path / "checkpoints"
     wait_for(lambda: any(p.stat().st_size > 0 for p in folder.glob(".step-000000004.pt.*.tmp")))

@@ -15,10 +15,10 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
-from anemo_like.profiling.doctor import diagnose
-from anemo_like.profiling.phases import STEP_PHASES, PhaseClock
+from anemo_like.diagnostics.phases import STEP_PHASES, PhaseClock
+from anemo_like.diagnostics.snapshot import SNAPSHOT_FILE, TIMELINE_FILE, MemorySnapshotRecorder
+from anemo_like.profiling.doctor import diagnose, memory_findings
 from anemo_like.profiling.run import profile_training
-from anemo_like.profiling.snapshot import SNAPSHOT_FILE, TIMELINE_FILE, MemorySnapshotRecorder
 from anemo_like.training.trainer import Trainer
 
 QUICK_PROFILE = [
@@ -87,7 +87,7 @@ def test_anemo_profile_writes_every_report_file(tmp_path, cache_dir):
 
 def test_phase_clock_splits_forward_and_backward_by_component(compose_run, tmp_path):
     trainer = Trainer(compose_run(tmp_path, ["model.encoder.num_chunks=2"]))
-    from anemo_like.profiling.phases import instrument_components
+    from anemo_like.diagnostics.phases import instrument_components
 
     handles = instrument_components(trainer.model, trainer.clock)
     batch = trainer.data.train[0].unsqueeze(0)
@@ -127,7 +127,7 @@ def test_snapshot_recorder_on_cpu_says_why_and_writes_a_timeline(compose_run, tm
         "diagnostics.memory_snapshot.warmup=1",
         "diagnostics.memory_snapshot.steps=2",
     ]
-    with caplog.at_level(logging.WARNING, logger="anemo_like.profiling.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="anemo_like.diagnostics.snapshot"):
         Trainer(compose_run(tmp_path, overrides)).fit()
     assert any("CUDA allocations only, and this run is on cpu" in r.getMessage() for r in caplog.records)
     rows = read_csv(tmp_path / "memory_snapshot" / TIMELINE_FILE)
@@ -167,7 +167,7 @@ def test_snapshot_recorder_cuda_path_falls_back_when_the_api_raises(tmp_path, mo
     recorder = MemorySnapshotRecorder(
         device=torch.device("cuda"), output_dir=tmp_path, warmup=0, steps=1, max_entries=10
     )
-    monkeypatch.setattr("anemo_like.profiling.sampler.MemorySampler._read_mib", lambda self: 1.0)
+    monkeypatch.setattr("anemo_like.diagnostics.sampler.MemorySampler._read_mib", lambda self: 1.0)
     recorder.step_started(0)
     recorder.step_started(1)
     assert "record_context_cpp is not supported" in recorder.fallback_reason
@@ -175,7 +175,8 @@ def test_snapshot_recorder_cuda_path_falls_back_when_the_api_raises(tmp_path, mo
 
 
 def measured_report(run_dir: Path, cache_dir: Path, overrides: list[str]):
-    """Profile summary and config of the tiny quickstart model at 64 channels with unchunked mappers."""
+    """Profile summary and config of the tiny quickstart model at 64 channels with unchunked mappers; the config is
+    the report's, the one ``anemo-profile --doctor`` hands the doctor."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -186,7 +187,8 @@ def measured_report(run_dir: Path, cache_dir: Path, overrides: list[str]):
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="quickstart", overrides=[*base, *overrides, *paths])
     config = validate_config(OmegaConf.to_container(cfg, resolve=True))
-    return profile_training(config, trainer=Trainer(config)).summary(), config
+    report = profile_training(config, trainer=Trainer(config))
+    return report.summary(), report.config
 
 
 @pytest.fixture(scope="module")
@@ -195,11 +197,21 @@ def unrecomputed_report(tmp_path_factory, cache_dir):
     return measured_report(tmp_path_factory.mktemp("unrecomputed"), cache_dir, [])
 
 
+RECOMPUTE = [f"model.{c}.gradient_checkpointing=true" for c in ("encoder", "processor", "decoder")]
+
+
 @pytest.fixture(scope="module")
 def recomputed_report(tmp_path_factory, cache_dir):
     """Every component recomputed in backward, mappers in one chunk: the decoder's recomputation is the peak."""
-    recompute = [f"model.{c}.gradient_checkpointing=true" for c in ("encoder", "processor", "decoder")]
-    return measured_report(tmp_path_factory.mktemp("recomputed"), cache_dir, recompute)
+    return measured_report(tmp_path_factory.mktemp("recomputed"), cache_dir, RECOMPUTE)
+
+
+@pytest.fixture(scope="module")
+def auto_report(tmp_path_factory, cache_dir):
+    """The recomputed run with every ``num_chunks: auto`` and a budget to spare (auto picks the fewest chunks)."""
+    auto = [f"model.{c}.num_chunks=auto" for c in ("encoder", "processor", "decoder")]
+    overrides = [*RECOMPUTE, *auto, "system.hardware.memory_budget_gb=64"]
+    return measured_report(tmp_path_factory.mktemp("auto"), cache_dir, overrides)
 
 
 def test_doctor_recommends_recomputation_when_a_mapper_keeps_its_activations(unrecomputed_report):
@@ -219,6 +231,25 @@ def test_doctor_recommends_mapper_chunks_when_a_mapper_holds_the_peak(recomputed
     assert "raise the mapper chunks" in memory[0].finding
     assert "% of the step's peak" in memory[0].evidence and "the peak is in decoder" in memory[0].evidence
     assert "model.decoder.num_chunks=4" in memory[0].override
+
+
+def test_doctor_advises_from_the_resolved_chunks_of_an_auto_run(auto_report):
+    # anemo-profile --doctor used to hand the doctor the config as composed, whose "auto" met `"auto" < 64`
+    summary, config = auto_report
+    memory = memory_findings(summary, config)
+    assert memory, summary["phases"]
+    resolved = config.model.decoder.num_chunks
+    assert isinstance(resolved, int) and summary["config"]["model"]["decoder"]["num_chunks"] == resolved
+    assert "raise the mapper chunks" in memory[0].finding and "the peak is in decoder" in memory[0].evidence
+    assert "; the run has " in memory[0].evidence and memory[0].evidence.endswith(
+        f"model.decoder.num_chunks={resolved}"
+    )
+    assert f"model.decoder.num_chunks={4 * resolved}" in memory[0].override
+    composed = config.model.model_copy(
+        update={c: getattr(config.model, c).model_copy(update={"num_chunks": "auto"}) for c in ("encoder", "decoder")}
+    )
+    with pytest.raises(ValueError, match=r"model.encoder, model.decoder num_chunks is still 'auto'"):
+        memory_findings(summary, config.model_copy(update={"model": composed}))
 
 
 def test_doctor_recommends_workers_when_loading_is_slower_than_compute(recomputed_report):

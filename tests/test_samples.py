@@ -12,7 +12,7 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
 from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
-from anemo_like.training.rollout import rollout
+from anemo_like.models.rollout import ForecastSpec, rollout
 
 VARIABLES = ["a", "b", "lsm", "tp"]
 
@@ -121,11 +121,8 @@ def test_rollout_feeds_prognostics_back_and_refreshes_forcings() -> None:
     # sample variables: [p0, p1, forcing, diagnostic]; input [p0, p1, forcing]; output [p0, p1, diagnostic]
     batch = torch.arange(5 * 3 * 4, dtype=torch.float32).reshape(1, 5, 3, 4)
     model = Echo()
-    steps = list(
-        rollout(
-            model, batch, multistep=2, steps=3, input_positions=[0, 1, 2], output_positions=[0, 1, 3], num_prognostic=2
-        )
-    )
+    spec = ForecastSpec(multistep=2, input_positions=[0, 1, 2], output_positions=[0, 1, 3], num_prognostic=2)
+    steps = list(rollout(model, batch, spec, steps=3))
     assert len(steps) == 3
     torch.testing.assert_close(steps[0][1], batch[:, 2][..., [0, 1, 3]])
     second_input_last = model.seen[1][:, -1]

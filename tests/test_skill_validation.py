@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -16,11 +17,12 @@ from torch import nn
 
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.climatology import mean_state
+from anemo_like.data.setup import LoaderOptions, setup_data
 from anemo_like.data.zarr_store import open_anemoi_zarr
-from anemo_like.training.data_setup import LoaderOptions, setup_data
+from anemo_like.models.rollout import ForecastSpec
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.trainer import Trainer
-from anemo_like.training.validation import validate
+from anemo_like.training.validation import Scoring, validate
 
 SKILL_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "skill.py"
 
@@ -57,21 +59,21 @@ def test_climatology_is_scored_like_a_forecast_and_in_physical_units(tmp_path, c
     assert data.climatology.shape == (2048, len(data.roles.output))
     weight = torch.rand(2048) + 0.5
     scale = data.normalizer.scale[[data.roles.read.index(n) for n in data.roles.output]]
-    kwargs = dict(
-        loss_fn=WeightedMSE(area_weight=weight, variable_weight=torch.ones(len(data.roles.output))),
+    spec = ForecastSpec(
         multistep=2,
-        steps=3,
-        step_length=data.store.frequency,
         input_positions=data.input_positions,
         output_positions=data.output_positions,
-        output_names=data.roles.output,
         num_prognostic=len(data.roles.prognostic),
+    )
+    scoring = Scoring(
+        output_names=data.roles.output,
         output_scale=scale,
         area_weight=weight,
-        device=torch.device("cpu"),
+        step_length=data.store.frequency,
+        loss_fn=WeightedMSE(area_weight=weight, variable_weight=torch.ones(len(data.roles.output))),
         climatology=data.climatology,
-        limit_batches=2,
     )
+    kwargs = dict(spec=spec, scoring=scoring, steps=3, device=torch.device("cpu"), limit_batches=2)
     loader = data.val_loader(LoaderOptions(batch_size=8))
     result = validate(_ConstantForecast(data.climatology), loader, **kwargs)
     np.testing.assert_allclose(result.model_rmse, result.climatology_rmse, rtol=1e-6)
@@ -83,7 +85,8 @@ def test_climatology_is_scored_like_a_forecast_and_in_physical_units(tmp_path, c
     np.testing.assert_allclose(result.climatology_rmse, expected, rtol=1e-5)
     assert result.lead_hours == [6.0, 12.0, 18.0] and result.num_samples == 16
     assert "climatology RMSE" in result.table().splitlines()[0]
-    without = validate(_ConstantForecast(data.climatology), loader, **(kwargs | {"climatology": None}))
+    without_climatology = dataclasses.replace(scoring, climatology=None)
+    without = validate(_ConstantForecast(data.climatology), loader, **(kwargs | {"scoring": without_climatology}))
     assert without.climatology_rmse is None and without.table().splitlines()[2].endswith("| n/a |")
 
 

@@ -18,8 +18,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.data import Dataset, get_worker_info
 
 from anemo_like.config.schema import OptimizerConfig, RunConfig
+from anemo_like.data.setup import DataSetup, LoaderOptions, setup_data
 from anemo_like.profiling.throughput import diagnose
-from anemo_like.training.data_setup import DataSetup, LoaderOptions, setup_data
 from anemo_like.training.optimizer import build_adamw
 from anemo_like.training.trainer import Trainer
 

@@ -29,9 +29,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from anemo_like.models import triton_graph_attention as tga
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.graph_attention import graph_attention_reference
+from anemo_like.models.ops import triton_graph_attention as tga
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import graph_attention_reference
 
 pytestmark = pytest.mark.equivalence
 

@@ -10,19 +10,22 @@ import torch
 from torch import Tensor
 
 from anemo_like.inference import load_inference_checkpoint
-from anemo_like.inference.checkpoint import GRAPH_BACKEND_VARIABLE
-from anemo_like.models import window_attention
-from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
-from anemo_like.models.window_attention import (
-    ENV_VARIABLE,
+from anemo_like.models.ops import window_attention
+from anemo_like.models.ops.window_attention import (
     band_attention,
     flash_attention,
     flash_unavailable_reason,
     reference_attention,
 )
-from anemo_like.models.window_attention import (
+from anemo_like.models.ops.window_attention import (
     window_attention as attend,
 )
+from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
+from anemo_like.runtime.inference_environment import (
+    GRAPH_BACKEND_VARIABLE,
+    apply_inference_overrides,
+)
+from anemo_like.runtime.inference_environment import TRANSFORMER_BACKEND_VARIABLE as ENV_VARIABLE
 from anemo_like.training.trainer import Trainer
 
 pytestmark = pytest.mark.equivalence
@@ -111,6 +114,7 @@ def test_environment_overrides_the_backend_in_eval_mode_only(monkeypatch) -> Non
         lambda q, k, v, *, window, backend: used.append(backend) or reference_attention(q, k, v, window=window),
     )
     monkeypatch.setenv(ENV_VARIABLE, "reference")
+    apply_inference_overrides(layer)
     layer.train()(x)
     layer.eval()(x)
     assert used == ["flash_attention", "reference"]
@@ -118,7 +122,7 @@ def test_environment_overrides_the_backend_in_eval_mode_only(monkeypatch) -> Non
     with pytest.raises(
         ValueError, match=f"environment variable {ENV_VARIABLE}='flash': expected one of flash_attention"
     ):
-        layer(x)
+        apply_inference_overrides(layer)
 
 
 def test_a_model_trained_naming_flash_attention_runs_on_cpu_with_the_fallback_line(
@@ -143,7 +147,7 @@ def test_a_model_trained_naming_flash_attention_runs_on_cpu_with_the_fallback_li
         with torch.no_grad():
             flash_named = bundle.model(x)
             monkeypatch.setenv(ENV_VARIABLE, "reference")
-            reference = bundle.model(x)
+            reference = apply_inference_overrides(bundle.model)(x)
     torch.testing.assert_close(flash_named, reference, rtol=1e-4, atol=1e-5)
     assert any("flash_attention cannot run here" in r.getMessage() for r in caplog.records)
 

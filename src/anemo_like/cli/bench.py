@@ -10,20 +10,19 @@ import json
 import logging
 import sys
 
-from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit, training_process_group
 from anemo_like.config import RunConfig
 
 LOG = logging.getLogger("anemo_like")
 
 
 def _bench(config: RunConfig) -> None:
-    from anemo_like.distributed.data_parallel import release_process_group
     from anemo_like.profiling.throughput import available_cores, diagnose, measure_throughput
     from anemo_like.training.trainer import Trainer
 
-    trainer = set_up_or_exit(lambda: Trainer(config))
-    rates = measure_throughput(trainer)
-    release_process_group()
+    with training_process_group(config):
+        trainer = set_up_or_exit(lambda: Trainer(config))
+        rates = measure_throughput(trainer)
     if not trainer.is_main:
         return
     cores = available_cores()

@@ -8,16 +8,17 @@ full traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from anemo_like.config import ConfigError, config_dir, validate_config
+from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 
 LOG = logging.getLogger("anemo_like")
@@ -37,6 +38,17 @@ def set_up_or_exit(set_up: Callable[[], T]) -> T:
             raise
         LOG.error("%s", exc)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def training_process_group(config: RunConfig) -> Iterator[None]:
+    """The process group of a training command launched with several ranks, opened here and closed on every exit
+    path (nothing for a single process). The commands own it, not the trainer."""
+    from anemo_like.distributed.environment import process_group
+
+    hardware = config.system.hardware
+    with process_group(hardware.accelerator, timeout_minutes=hardware.collective_timeout_minutes):
+        yield
 
 
 def run_hydra_command(

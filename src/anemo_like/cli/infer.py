@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
-from anemo_like.inference.config import (
+from anemo_like.config.inference import (
     InferenceConfig,
     check_inference_override_keys,
     inference_config_dir,

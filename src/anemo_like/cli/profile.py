@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit, training_process_group
 from anemo_like.config import RunConfig
 
 LOG = logging.getLogger("anemo_like")
@@ -22,12 +22,14 @@ def _profile(config: RunConfig, *, doctor: bool) -> None:
     from anemo_like.profiling.run import profile_training
     from anemo_like.training.trainer import Trainer
 
-    report = profile_training(config, trainer=set_up_or_exit(lambda: Trainer(config)))
+    with training_process_group(config):
+        trainer = set_up_or_exit(lambda: Trainer(config))
+        report = profile_training(trainer.config, trainer=trainer)
     if report is None:
         return
     output = report.output
-    if doctor:
-        findings = render(diagnose(report.summary(), config))
+    if doctor:  # the resolved config: num_chunks: auto replaced by the counts the run used
+        findings = render(diagnose(report.summary(), trainer.config))
         (output / "doctor.md").write_text(findings)
         with (output / "report.md").open("a") as f:
             f.write("\n" + findings)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit
+from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit, training_process_group
 from anemo_like.config import RunConfig
 
 
 def _train(config: RunConfig) -> None:
     from anemo_like.training.trainer import Trainer  # torch and friends: only once the config is known good
 
-    set_up_or_exit(lambda: Trainer(config)).fit()
+    with training_process_group(config):
+        set_up_or_exit(lambda: Trainer(config)).fit()
 
 
 def main() -> None:

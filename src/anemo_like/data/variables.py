@@ -45,3 +45,14 @@ class VariableRoles:
     def sample_positions(self, names: list[str]) -> list[int]:
         index = {name: i for i, name in enumerate(self.sample)}
         return [index[n] for n in names]
+
+
+@dataclass(frozen=True)
+class VariableLayout:
+    """How variables enter and leave the model (indices into the model's input / output variable axis)."""
+
+    num_input: int
+    num_output: int
+    prognostic_input: list[int]  # input positions of the prognostic variables ...
+    prognostic_output: list[int]  # ... and their output positions, in the same order
+    relu_floor: dict[int, float]  # output position -> normalised value of physical zero

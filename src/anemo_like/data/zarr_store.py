@@ -246,6 +246,65 @@ def _compressors(zarr_format: int) -> Any:
     return zarr.codecs.BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
 
 
+def _check_layout(
+    path: Path, data: np.ndarray, variables: list[str], dates: np.ndarray, grid_lengths: tuple[int, int]
+) -> None:
+    """Raise ValueError naming the key when ``data`` is not 4-D or an axis length disagrees with its labels."""
+    if data.ndim != 4:
+        raise _fail(path, "data", f"has shape {data.shape}; expected 4 dims (dates, variables, ensembles, grid)")
+    n_dates, n_vars, _, n_grid = data.shape
+    expected = {
+        "variables": (len(variables), n_vars),
+        "dates": (len(dates), n_dates),
+        "latitudes": (grid_lengths[0], n_grid),
+        "longitudes": (grid_lengths[1], n_grid),
+    }
+    for key, (got, want) in expected.items():
+        if got != want:
+            raise _fail(path, key, f"has length {got}; expected {want} to match 'data' of shape {data.shape}")
+
+
+def _group_attributes(
+    variables: list[str], dates: np.ndarray, step: datetime.timedelta, shape: tuple[int, ...], attrs: dict[str, Any]
+) -> dict[str, Any]:
+    """The anemoi-datasets group attributes of a store, updated with ``attrs``."""
+    return {
+        "variables": variables,
+        "frequency": format_frequency(step),
+        "start_date": str(dates[0]),
+        "end_date": str(dates[-1]),
+        "dimensions": ["dates", "variables", "ensembles", "values"],
+        "shape": list(shape),
+        "dtype": "float32",
+        "missing_dates": [],
+        "statistics_start_date": str(dates[0]),
+        "statistics_end_date": str(dates[-1]),
+        **attrs,
+    }
+
+
+def _write_group(
+    path: Path, *, data: np.ndarray, small: dict[str, np.ndarray], attrs: dict[str, Any], zarr_format: int
+) -> None:
+    """Create the zarr group at ``path``: ``data`` one date per chunk, then each array of ``small`` whole."""
+    _, n_vars, n_ens, n_grid = data.shape
+    group = zarr.open_group(path, mode="w-", zarr_format=zarr_format)
+    group.attrs.update(attrs)
+    array = group.create_array(
+        "data",
+        shape=data.shape,
+        chunks=(1, n_vars, n_ens, n_grid),
+        dtype="float32",
+        compressors=_compressors(zarr_format),
+        fill_value=np.nan,
+        # flat chunk files in both formats: v3's default "c/0/0/0/0" makes a folder per date
+        chunk_key_encoding={"name": "v2" if zarr_format == 2 else "default", "separator": "."},
+    )
+    array[...] = data
+    for key, values in small.items():
+        group.create_array(key, data=values, compressors=_compressors(zarr_format))
+
+
 def write_anemoi_zarr(
     path: str | Path,
     *,
@@ -273,57 +332,23 @@ def write_anemoi_zarr(
     dates = np.asarray(dates, dtype="datetime64[s]")
     variables = [str(name) for name in variables]
     step = parse_frequency(frequency)
-    if data.ndim != 4:
-        raise _fail(path, "data", f"has shape {data.shape}; expected 4 dims (dates, variables, ensembles, grid)")
-    n_dates, n_vars, n_ens, n_grid = data.shape
-    expected = {
-        "variables": (len(variables), n_vars),
-        "dates": (len(dates), n_dates),
-        "latitudes": (len(latitudes), n_grid),
-        "longitudes": (len(longitudes), n_grid),
-    }
-    for key, (got, want) in expected.items():
-        if got != want:
-            raise _fail(path, key, f"has length {got}; expected {want} to match 'data' of shape {data.shape}")
+    _check_layout(path, data, variables, dates, (len(latitudes), len(longitudes)))
     _check_dates(path, dates, step)
-
-    group_attrs = {
-        "variables": variables,
-        "frequency": format_frequency(step),
-        "start_date": str(dates[0]),
-        "end_date": str(dates[-1]),
-        "dimensions": ["dates", "variables", "ensembles", "values"],
-        "shape": list(data.shape),
-        "dtype": "float32",
-        "missing_dates": [],
-        "statistics_start_date": str(dates[0]),
-        "statistics_end_date": str(dates[-1]),
-        **(attrs or {}),
+    small = {
+        "dates": dates,
+        "latitudes": np.asarray(latitudes, dtype=np.float64),
+        "longitudes": np.asarray(longitudes, dtype=np.float64),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        group = zarr.open_group(tmp, mode="w-", zarr_format=zarr_format)
-        group.attrs.update(group_attrs)
-        array = group.create_array(
-            "data",
-            shape=data.shape,
-            chunks=(1, n_vars, n_ens, n_grid),
-            dtype="float32",
-            compressors=_compressors(zarr_format),
-            fill_value=np.nan,
-            # flat chunk files in both formats: v3's default "c/0/0/0/0" makes a folder per date
-            chunk_key_encoding={"name": "v2" if zarr_format == 2 else "default", "separator": "."},
+        _write_group(
+            tmp,
+            data=data,
+            small={**small, **compute_statistics(data)},
+            attrs=_group_attributes(variables, dates, step, data.shape, attrs or {}),
+            zarr_format=zarr_format,
         )
-        array[...] = data
-        small = {
-            "dates": dates,
-            "latitudes": np.asarray(latitudes, dtype=np.float64),
-            "longitudes": np.asarray(longitudes, dtype=np.float64),
-            **compute_statistics(data),
-        }
-        for key, values in small.items():
-            group.create_array(key, data=values, compressors=_compressors(zarr_format))
         os.rename(tmp, path)
     finally:
         if tmp.exists():

@@ -96,6 +96,28 @@ def init_process_group(env: LaunchEnvironment, device: torch.device, *, timeout_
 
 
 @contextlib.contextmanager
+def process_group(accelerator: str, *, timeout_minutes: float) -> Iterator[LaunchEnvironment]:
+    """The world for the block when launched with several ranks (torchrun or srun); left on every exit path. A
+    normal exit (preemption included) waits for every rank first; an error leaves at once, so no rank waits on one
+    that failed. A single process opens nothing."""
+    env = launch_environment()
+    if not env.distributed:
+        yield env
+        return
+    init_process_group(env, select_device(accelerator, env.local_rank), timeout_minutes=timeout_minutes)
+    try:
+        yield env
+    except SystemExit as stop:
+        if stop.code in (0, None):
+            dist.barrier()
+        raise
+    else:
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
 def main_rank_first(env: LaunchEnvironment) -> Iterator[None]:
     """Rank 0 runs the block first (e.g. writing a cache); the other ranks run it once rank 0 is done."""
     if env.distributed and env.rank != 0:

@@ -41,20 +41,12 @@ class ProcessGroups:
 
 def group_layout(world_size: int, ranks_per_model: int, read_group_size: int | None = None) -> GroupLayout:
     """Model, data-parallel and reader rank lists for ``world_size`` ranks and ``ranks_per_model`` ranks per model."""
-    per_model = ranks_per_model
-    if world_size < 1:
-        raise ValueError(f"the world size must be at least 1, got {world_size}")
-    if per_model < 1 or per_model & (per_model - 1) or world_size % per_model:
+    per_model = ranks_per_model  # a power of two, divisible by read_group_size: the config schema checked it
+    if world_size < 1 or per_model < 1 or world_size % per_model:
         raise ValueError(
-            f"system.hardware.num_gpus_per_model={per_model} must be a power of two that divides the world size "
-            f"({world_size} ranks)"
+            f"system.hardware.num_gpus_per_model={per_model} does not divide the world size ({world_size} ranks)"
         )
     read = per_model if read_group_size is None else read_group_size
-    if read < 1 or per_model % read:
-        raise ValueError(
-            f"read_group_size={read} must divide system.hardware.num_gpus_per_model={per_model} "
-            f"(world size {world_size})"
-        )
     models = world_size // per_model
     return GroupLayout(
         model=tuple(tuple(range(m * per_model, (m + 1) * per_model)) for m in range(models)),

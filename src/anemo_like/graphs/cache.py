@@ -10,10 +10,13 @@ import numpy as np
 from torch_geometric.data import HeteroData
 
 from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.config.model_schema import GraphConfig
 from anemo_like.graphs.builder import build_graph
 from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors, load_weights_only
 
 LOGGER = logging.getLogger(__name__)
+
+_DEFAULTS = GraphConfig()  # the config schema's graph.* defaults, the one source of them
 
 # Bump when the graph construction changes so that stale cache files are not reused.
 _CACHE_FORMAT_VERSION = 2  # 2: hidden nodes in Hilbert-curve order
@@ -50,8 +53,8 @@ def load_or_build_graph(
     *,
     cache_dir: Path | None,
     mesh_resolution: int,
-    cutoff_factor: float = 0.6,
-    knn: int = 3,
+    cutoff_factor: float = _DEFAULTS.cutoff_factor,
+    knn: int = _DEFAULTS.knn,
     processor_edges: bool = True,
 ) -> HeteroData:
     """`build_graph`, reusing cache_dir/graph-<key>.pt when present; cache_dir None disables caching."""

@@ -25,11 +25,6 @@ class RefinedIcosahedron:
         return len(self.faces_per_level) - 1
 
 
-def num_mesh_vertices(resolution: int) -> int:
-    """Vertex count 10·4^r + 2 of the icosahedron refined r times."""
-    return 10 * 4**resolution + 2
-
-
 def icosahedron() -> tuple[np.ndarray, np.ndarray]:
     """Regular icosahedron: unit vertices float64 (12, 3) and faces int64 (20, 3).
 

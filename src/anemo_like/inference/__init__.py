@@ -1,6 +1,7 @@
-"""Inference: load an inference checkpoint and run forecasts (``anemo-infer``).
+"""Inference: run forecasts from an inference checkpoint, write and verify them (``anemo-infer``).
 
-The checkpoint names load lazily, so ``anemo_like.inference.config`` validates a config without importing torch.
+The checkpoint names (from :mod:`anemo_like.checkpoints.inference`) load lazily: importing this package does not
+import torch.
 """
 
 from importlib import import_module
@@ -11,5 +12,5 @@ __all__ = ["InferenceBundle", "load_inference_checkpoint", "save_inference_check
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(import_module("anemo_like.inference.checkpoint"), name)
+        return getattr(import_module("anemo_like.checkpoints.inference"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,8 +12,8 @@ from torch import nn
 
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.inputs import ForecastInputs
-from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
-from anemo_like.training.rollout import rollout
+from anemo_like.models.rollout import ForecastSpec, rollout
+from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
 LOG = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,19 +72,17 @@ def run_forecasts(
     start_mib = start_memory_mib(device)
     started = time.perf_counter()
     step_seconds = 0.0
+    spec = ForecastSpec(
+        multistep=inputs.multistep,
+        input_positions=list(range(num_inputs)),
+        output_positions=list(range(len(roles.prognostic))),  # the targets: unknown (NaN) here, ignored
+        num_prognostic=len(roles.prognostic),
+    ).on(device)
     for first in range(0, len(init_indices), batch_size):
         chunk = init_indices[first : first + batch_size]
         batch = torch.from_numpy(np.stack([inputs.window(int(i)) for i in chunk])).to(device, dtype)
         label = str(inputs.store.dates[chunk[0]]) + (f" (+{len(chunk) - 1} more)" if len(chunk) > 1 else "")
-        predictions = rollout(
-            model,
-            batch,
-            multistep=inputs.multistep,
-            steps=inputs.steps,
-            input_positions=list(range(num_inputs)),
-            output_positions=list(range(len(roles.prognostic))),  # the targets: unknown (NaN) here, ignored
-            num_prognostic=len(roles.prognostic),
-        )
+        predictions = rollout(model, batch, spec, steps=inputs.steps)
         for step in range(inputs.steps):
             clock = time.perf_counter()
             prediction, _ = next(predictions)

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from anemo_like.checkpoints.inference import InferenceBundle
+from anemo_like.config.inference import InferenceConfig
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.forcings import computed_forcings
 from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
-from anemo_like.inference.checkpoint import InferenceBundle
-from anemo_like.inference.config import InferenceConfig
-from anemo_like.training.data_setup import resolve_dataset_path
 
 COORDINATE_TOLERANCE_DEG = 1e-3  # the graph stores float32 radians: ~1e-5 degrees of round-off
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import torch
 
+from anemo_like.checkpoints.inference import InferenceBundle, load_inference_checkpoint
+from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import select_device
-from anemo_like.inference.checkpoint import InferenceBundle, load_inference_checkpoint
-from anemo_like.inference.config import InferenceConfig
 from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.output import check_output, check_writable, forecast_dataset, write_forecast
 from anemo_like.inference.scores import Verification
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
-from anemo_like.models.backends import check_backends
-from anemo_like.models.heap_release import set_heap_release
-from anemo_like.models.inference_chunks import check_inference_environment
+from anemo_like.runtime.backends import check_backends
+from anemo_like.runtime.heap_release import set_heap_release
+from anemo_like.runtime.inference_environment import check_inference_environment
 
 LOG = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import xarray as xr
 
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
+from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.diagnostics.plots import plot_forecast_map, plot_rmse_by_lead
 from anemo_like.inference.output import open_forecast
 from anemo_like.inference.scores import ErrorSums, Verification
-from anemo_like.training.data_setup import resolve_dataset_path
-from anemo_like.training.plots import plot_forecast_map, plot_rmse_by_lead
 
 LOG = logging.getLogger(__name__)
 TABLE, RMSE_PLOT, MAP_PLOT = "verification.md", "rmse_by_lead.png", "forecast_map.png"

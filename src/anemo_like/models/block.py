@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.mlp import MLP
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.sharding import HeadSplit
 
 
@@ -28,6 +28,7 @@ class GraphTransformerBlock(nn.Module):
         bipartite: bool,
         backend: str,
     ) -> None:
+        """``edge_dim``: features per edge; ``backend``: a key of ``GRAPH_ATTENTION_BACKENDS``."""
         super().__init__()
         self.num_heads = num_heads
         self.attention = GRAPH_ATTENTION_BACKENDS[backend]
@@ -41,7 +42,7 @@ class GraphTransformerBlock(nn.Module):
         self.projection = nn.Linear(channels, channels)
         hidden = int(channels * mlp_hidden_ratio + 0.5)
         self.norm_mlp = nn.LayerNorm(channels)
-        self.mlp = MLP(channels, hidden)
+        self.mlp = MLP(channels=channels, hidden=hidden)
 
     def _heads(self, t: Tensor) -> Tensor:
         return t.unflatten(-1, (self.num_heads, -1))

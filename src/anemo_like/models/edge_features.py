@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from anemo_like.models.chunking import (
+from anemo_like.models.ops.chunking import (
     DestinationChunk,
     DestinationRange,
     SortedEdges,
@@ -30,6 +30,7 @@ class EdgeFeatures(nn.Module):
 
     @property
     def dim(self) -> int:
+        """Features per edge, A + trainable_size."""
         return self.fixed.shape[1] + self.trainable.shape[1]
 
     def forward(self, edges: slice = slice(None)) -> Tensor:

@@ -15,20 +15,23 @@ chunks).
 from __future__ import annotations
 
 from torch import Tensor, nn
+from torch_geometric.data import HeteroData
 
-from anemo_like.config.schema import ShardStrategy
-from anemo_like.distributed.primitives import gather_nodes
+from anemo_like.config.schema import MapperConfig, ModelConfig, ShardStrategy
 from anemo_like.models.block import GraphTransformerBlock
-from anemo_like.models.checkpointing import maybe_checkpoint
-from anemo_like.models.chunking import DestinationChunk
 from anemo_like.models.edge_features import EdgeFeatures
-from anemo_like.models.inference_chunks import inference_num_chunks
-from anemo_like.models.precision import autocast_dtype
+from anemo_like.models.ops.autocast import autocast_dtype
+from anemo_like.models.ops.checkpointing import maybe_checkpoint
+from anemo_like.models.ops.chunking import DestinationChunk
+from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.sharding import HeadSplit, ModelShard
 
 
 class GraphTransformerMapper(nn.Module):
-    """Encoder (``src_in_channels`` set: sources are embedded) or decoder (``out_channels`` set: LN + Linear head)."""
+    """Encoder (``src_in_channels`` set: sources are embedded) or decoder (``out_channels`` set: LN + Linear head).
+
+    (B, N_src, src_in) sources and (B, N_dst, dst_in) destinations -> (B, N_dst, out_channels) destinations.
+    """
 
     def __init__(
         self,
@@ -50,13 +53,16 @@ class GraphTransformerMapper(nn.Module):
         backend: str,
         shard_strategy: ShardStrategy = "edges",
     ) -> None:
-        """``sources_sharded``: sources arrive as this rank's node block (decoder), not replicated (encoder)."""
+        """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A) describe the ``num_src`` ->
+        ``num_dst`` edges; ``sources_sharded``: sources arrive as this rank's node block (decoder), not replicated
+        (encoder)."""
         super().__init__()
         self.num_src, self.num_dst = num_src, num_dst
         self.sources_sharded = sources_sharded
         self.shard_strategy = shard_strategy
         self.shard = ModelShard()
         self.num_chunks = num_chunks
+        self.eval_num_chunks: int | None = None  # eval-mode override, set at setup (runtime.inference_environment)
         self.gradient_checkpointing = gradient_checkpointing
         self.edges = EdgeFeatures(
             edge_index=edge_index, edge_attr=edge_attr, trainable_size=trainable_edge_size, num_dst=num_dst
@@ -78,13 +84,51 @@ class GraphTransformerMapper(nn.Module):
         )
         self.out_channels = out_channels or channels
 
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        config: ModelConfig,
+        section: MapperConfig,
+        graph: HeteroData,
+        edge_type: tuple[str, str, str],
+        dst_in_channels: int,
+        sources_sharded: bool,
+        src_in_channels: int | None = None,
+        out_channels: int | None = None,
+    ) -> GraphTransformerMapper:
+        """The mapper over ``graph[edge_type]``: chunking, checkpointing and sharding from ``section``
+        (``config.encoder`` or ``config.decoder``, chunk count resolved), widths, heads, trainable edge features
+        and attention backend from the model-wide ``config``."""
+        store = graph[edge_type]
+        return cls(
+            src_in_channels=src_in_channels,
+            dst_in_channels=dst_in_channels,
+            channels=config.num_channels,
+            out_channels=out_channels,
+            edge_attr=store.edge_attr,
+            edge_index=store.edge_index,
+            num_src=graph[edge_type[0]].num_nodes,
+            num_dst=graph[edge_type[2]].num_nodes,
+            sources_sharded=sources_sharded,
+            trainable_edge_size=config.trainable.edges,
+            num_heads=config.num_heads,
+            mlp_hidden_ratio=config.mlp_hidden_ratio,
+            num_chunks=section.num_chunks,
+            gradient_checkpointing=section.gradient_checkpointing,
+            backend=config.graph_attention_backend,
+            shard_strategy=section.shard_strategy,
+        )
+
     def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk, edge_offset: int) -> Tensor:
+        """One destination chunk: (B, N_src, src_in), (B, n_dst, dst_in) -> (B, chunk rows, out_channels)."""
         src = self.embed_src(x_src.index_select(1, chunk.src_index))
         dst = self.embed_dst(x_dst[:, chunk.dst_start : chunk.dst_stop])
         edge_attr = self.edges(slice(edge_offset + chunk.edge_start, edge_offset + chunk.edge_stop))
         return self.head(self.block(src, dst, edge_attr, chunk.edges))
 
     def _run_heads(self, x_src: Tensor, x_dst: Tensor, min_blocks: int) -> Tensor:
+        """Head-sharded: this rank's (B, n_src, src_in) and (B, n_dst, dst_in) blocks -> (B, n_dst, out_channels)."""
         heads = HeadSplit.of(self.shard, self.num_src, self.num_dst)
         block = self.block(
             self.embed_src(x_src), self.embed_dst(x_dst), self.edges(), self.edges.sorted_edges(), min_blocks, heads
@@ -95,10 +139,10 @@ class GraphTransformerMapper(nn.Module):
         """x_src: (B, N_src, src_in) (or this rank's block of it when ``sources_sharded``), x_dst: (B, n_dst, dst_in)
         this rank's destination block -> (B, n_dst, out_channels).
 
-        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_MAPPER]`` overrides the configured chunk count.
+        In eval mode ``eval_num_chunks`` (when set) overrides the configured chunk count.
         """
         checkpointing = self.gradient_checkpointing and self.training
-        num_chunks = self.num_chunks if self.training else inference_num_chunks("MAPPER") or self.num_chunks
+        num_chunks = self.num_chunks if self.training else self.eval_num_chunks or self.num_chunks
         shard = self.shard
         if self.shard_strategy == "heads" and shard.size > 1:
             if not self.sources_sharded:

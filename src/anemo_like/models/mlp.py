@@ -4,18 +4,20 @@ The hidden layer (``mlp_hidden_ratio`` times wider than the channels) is never s
 compute it for one block of rows at a time in reused scratch buffers, so its memory is bounded by
 ``ROW_BLOCK_ELEMENTS`` whatever the node count. Backward recomputes the first linear layer and the GELU.
 
-Under autocast the inputs are cast to the autocast dtype (``models/precision.py``); the matmuls and GELU run in
+Under autocast the inputs are cast to the autocast dtype (``models/ops/autocast.py``); the matmuls and GELU run in
 the dtype of the inputs, the weight gradients accumulate over row blocks in fp32 (or wider).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from anemo_like.models.precision import accumulation_dtype, add_product_, apply_autocast, backward_without_autocast
-from anemo_like.models.workspace import scratch
+from anemo_like.models.ops.autocast import accumulation_dtype, add_product_, apply_autocast, backward_without_autocast
+from anemo_like.models.ops.workspace import scratch
 
 ROW_BLOCK_ELEMENTS = 1 << 18
 """Elements of one block of hidden activations (1 MiB in fp32)."""
@@ -40,7 +42,7 @@ class _RecomputedMLP(torch.autograd.Function):
     """x (..., C) -> (..., C_out), all inputs in one dtype; saves only x and the weights."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
         ctx.save_for_backward(x, w1, b1, w2)
         x2 = x.reshape(-1, x.shape[-1])
         out = x2.new_empty(x2.shape[0], w2.shape[0])
@@ -50,7 +52,7 @@ class _RecomputedMLP(torch.autograd.Function):
 
     @staticmethod
     @backward_without_autocast
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, ...]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, ...]:
         x, w1, b1, w2 = ctx.saved_tensors
         x2 = x.reshape(-1, x.shape[-1])
         grad_out2 = grad_out.reshape(-1, grad_out.shape[-1])
@@ -80,6 +82,7 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(hidden, channels)
 
     def forward(self, x: Tensor) -> Tensor:
+        """x: (..., C) -> (..., C)."""
         if torch.compiler.is_compiling():  # traceable ops, which inductor fuses; the hidden layer is stored
             return self.fc2(F.gelu(self.fc1(x)))
         return apply_autocast(_RecomputedMLP, x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)

@@ -16,8 +16,10 @@ class NodeFeatures(nn.Module):
 
     @property
     def num_features(self) -> int:
+        """Features per node, 4 + trainable_size."""
         return self.position.shape[1] + self.trainable.shape[1]
 
     def forward(self, batch_size: int) -> Tensor:
+        """(B, N, num_features): one copy of the features per sample (an expanded view)."""
         features = torch.cat([self.position, self.trainable], dim=-1)
         return features.unsqueeze(0).expand(batch_size, -1, -1)

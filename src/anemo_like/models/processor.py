@@ -13,23 +13,23 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import HeteroData
 
-from anemo_like.config.schema import ShardStrategy
-from anemo_like.distributed.primitives import HaloPlan, halo_exchange, plan_halo
+from anemo_like.config.schema import ModelConfig, ShardStrategy
 from anemo_like.models.block import GraphTransformerBlock
-from anemo_like.models.checkpointing import run_layer_segments
-from anemo_like.models.chunking import SortedEdges
 from anemo_like.models.edge_features import EdgeFeatures
-from anemo_like.models.inference_chunks import inference_num_chunks
+from anemo_like.models.ops.checkpointing import run_layer_segments
+from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.collectives import HaloPlan, halo_exchange, plan_halo
+from anemo_like.models.ops.window_attention import Backend
 from anemo_like.models.sharding import HeadSplit, ModelShard
 from anemo_like.models.sliding_window import SlidingWindowTransformerLayer
-from anemo_like.models.window_attention import Backend
 
 
 class _ProcessorLayer(nn.Module):
     """A graph-transformer block on one node set (sources are destinations)."""
 
-    def __init__(self, block: GraphTransformerBlock) -> None:
+    def __init__(self, *, block: GraphTransformerBlock) -> None:
         super().__init__()
         self.block = block
 
@@ -52,6 +52,8 @@ class _ProcessorLayer(nn.Module):
 
 
 class GraphTransformerProcessor(nn.Module):
+    """``num_layers`` graph-transformer blocks over the hidden->hidden edges: (B, N, C) -> (B, N, C)."""
+
     def __init__(
         self,
         *,
@@ -68,9 +70,11 @@ class GraphTransformerProcessor(nn.Module):
         backend: str,
         shard_strategy: ShardStrategy = "edges",
     ) -> None:
+        """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A): the edges among ``num_nodes``."""
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
+        self.eval_min_blocks: int | None = None  # eval-mode edge blocks, set at setup (runtime.inference_environment)
         self.gradient_checkpointing = gradient_checkpointing
         self.shard_strategy = shard_strategy
         self.shard = ModelShard()
@@ -80,7 +84,7 @@ class GraphTransformerProcessor(nn.Module):
         )
         self.layers = nn.ModuleList(
             _ProcessorLayer(
-                GraphTransformerBlock(
+                block=GraphTransformerBlock(
                     channels=channels,
                     edge_dim=self.edges.dim,
                     num_heads=num_heads,
@@ -90,6 +94,32 @@ class GraphTransformerProcessor(nn.Module):
                 )
             )
             for _ in range(num_layers)
+        )
+
+    @classmethod
+    def from_config(
+        cls, *, config: ModelConfig, graph: HeteroData, edge_type: tuple[str, str, str]
+    ) -> GraphTransformerProcessor:
+        """The processor over ``graph[edge_type]`` (edges within one node set), set up by ``config.processor``
+        (chunk count resolved) and the model-wide ``config``."""
+        if edge_type not in graph.edge_types:
+            raise ValueError(
+                f"the graphtransformer processor needs {edge_type[0]}->{edge_type[2]} edges, but the graph has none"
+            )
+        section, store = config.processor, graph[edge_type]
+        return cls(
+            channels=config.num_channels,
+            num_nodes=graph[edge_type[2]].num_nodes,
+            edge_attr=store.edge_attr,
+            edge_index=store.edge_index,
+            trainable_edge_size=config.trainable.edges,
+            num_layers=section.num_layers,
+            num_chunks=section.num_chunks,
+            num_heads=config.num_heads,
+            mlp_hidden_ratio=config.mlp_hidden_ratio,
+            gradient_checkpointing=section.gradient_checkpointing,
+            backend=config.graph_attention_backend,
+            shard_strategy=section.shard_strategy,
         )
 
     def _halo_edges(self) -> tuple[HaloPlan, SortedEdges, slice]:
@@ -107,8 +137,8 @@ class GraphTransformerProcessor(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (all of them on one rank).
 
-        In eval mode ``ANEMOI_INFERENCE_NUM_CHUNKS[_PROCESSOR]`` splits each layer's edges into at least that
-        many destination blocks (``torch`` attention backend).
+        In eval mode ``eval_min_blocks`` (when set) splits each layer's edges into at least that many destination
+        blocks (``torch`` attention backend).
         """
         shard, halo, heads = self.shard, None, None
         if shard.size > 1 and self.shard_strategy == "edges":
@@ -124,7 +154,7 @@ class GraphTransformerProcessor(nn.Module):
             checkpointing=self.gradient_checkpointing and self.training,
             edge_attr=edge_attr,
             edges=edges,
-            min_blocks=1 if self.training else inference_num_chunks("PROCESSOR") or 1,
+            min_blocks=1 if self.training else self.eval_min_blocks or 1,
             halo=halo,
             heads=heads,
             shard=shard,
@@ -132,6 +162,8 @@ class GraphTransformerProcessor(nn.Module):
 
 
 class TransformerProcessor(nn.Module):
+    """``num_layers`` sliding-window transformer layers over the node order: (B, N, C) -> (B, N, C)."""
+
     def __init__(
         self,
         *,
@@ -145,6 +177,7 @@ class TransformerProcessor(nn.Module):
         attention_implementation: Backend,
         gradient_checkpointing: bool,
     ) -> None:
+        """``window_size`` and ``attention_implementation``: those of every ``SlidingWindowTransformerLayer``."""
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
@@ -159,6 +192,23 @@ class TransformerProcessor(nn.Module):
                 attention_implementation=attention_implementation,
             )
             for _ in range(num_layers)
+        )
+
+    @classmethod
+    def from_config(cls, *, config: ModelConfig, num_nodes: int) -> TransformerProcessor:
+        """The processor of ``num_nodes`` nodes set up by ``config.processor`` (chunk count resolved) and the
+        model-wide ``config``."""
+        section = config.processor
+        return cls(
+            channels=config.num_channels,
+            num_nodes=num_nodes,
+            num_layers=section.num_layers,
+            num_chunks=section.num_chunks,
+            num_heads=config.num_heads,
+            mlp_hidden_ratio=config.mlp_hidden_ratio,
+            window_size=section.window_size,
+            attention_implementation=section.attention_implementation,
+            gradient_checkpointing=section.gradient_checkpointing,
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """Where one rank sits in its model group: the node blocks it owns and how a layer splits its heads.
 
 A model instance sharded over P ranks keeps every node set in P contiguous balanced blocks
-(:func:`~anemo_like.distributed.primitives.node_shard_bounds`); rank r owns block r of the data grid and of the
+(:func:`~anemo_like.models.ops.collectives.node_shard_bounds`); rank r owns block r of the data grid and of the
 hidden mesh. A group of one owns everything, so single-process runs take the same code path.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from anemo_like.distributed.primitives import heads_to_nodes, node_shard_bounds, nodes_to_heads
+from anemo_like.models.ops.collectives import heads_to_nodes, node_shard_bounds, nodes_to_heads
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

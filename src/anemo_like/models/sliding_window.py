@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from anemo_like.models.ops.window_attention import Backend, window_attention
 from anemo_like.models.sharding import HeadSplit
-from anemo_like.models.window_attention import Backend, requested_backend, window_attention
 
 
 class SlidingWindowTransformerLayer(nn.Module):
@@ -20,10 +20,12 @@ class SlidingWindowTransformerLayer(nn.Module):
         window_size: int,
         attention_implementation: Backend = "scaled_dot_product_attention",
     ) -> None:
+        """Each node attends to the nodes at most ``window_size`` places away in index order."""
         super().__init__()
         self.num_heads = num_heads
         self.window_size = window_size
         self.attention_implementation = attention_implementation
+        self.eval_backend: Backend | None = None  # eval-mode override, set at setup (runtime.inference_environment)
         self.norm_attention = nn.LayerNorm(channels)
         self.qkv = nn.Linear(channels, 3 * channels, bias=False)
         self.projection = nn.Linear(channels, channels)
@@ -38,7 +40,7 @@ class SlidingWindowTransformerLayer(nn.Module):
         if heads is not None:
             qkv = heads.to_heads(qkv.flatten(-2), source=True).unflatten(-1, (3, -1))  # (B, N, H / P, 3, C)
         q, k, v = qkv.permute(3, 0, 2, 1, 4)  # each (B, H, N, C)
-        backend = requested_backend(self.attention_implementation, training=self.training)
+        backend = self.attention_implementation if self.training else self.eval_backend or self.attention_implementation
         attended = window_attention(q, k, v, window=self.window_size, backend=backend).transpose(1, 2)
         if heads is not None:
             attended = heads.to_nodes(attended)

@@ -1,5 +1,3 @@
-"""Profiling: memory readings (more to come: snapshots, per-phase reports)."""
-
-from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
-
-__all__ = ["current_rss_mib", "peak_rss_mib", "reset_peak_rss"]
+"""Profiling: ``anemo-profile`` (per-phase time and memory of training steps, operator tables, the report),
+the doctor that turns a profile into advice, and ``anemo-bench``'s throughput in three modes (loading alone,
+compute alone, both) with the knob to turn next."""

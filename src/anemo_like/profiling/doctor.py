@@ -2,9 +2,12 @@
 
 Memory findings use each phase's tensor peak (tensors created in the step and alive at once: the memory a
 GPU's allocator would have to hold). Every finding carries the measured figure behind it and the exact override
-to try. The flowchart: memory — allocator fragmentation, then the largest component (encoder/decoder: mapper
-chunks; processor: processor chunks), then what is left when chunking is exhausted; speed — waiting for data
-(dataloader workers), attention backend, recomputation that memory does not need.
+to try. The flowchart: memory — allocator fragmentation, then a component that keeps its activations until
+backward (recompute it), else the component that holds the peak (encoder/decoder: mapper chunks; processor:
+processor chunks), then what is left when chunking is exhausted; speed — waiting for data (dataloader workers),
+attention backend, recomputation that memory does not need (only when memory found nothing).
+
+The config is the run's resolved one (``trainer.config``, ``ProfileReport.config``): chunk counts, never ``auto``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from anemo_like.config.schema import RunConfig
 
 MAPPERS = ("encoder", "decoder")
+COMPONENTS = (*MAPPERS, "processor")
 MAX_USEFUL_MAPPER_CHUNKS = 64  # beyond this, chunks mostly re-embed the same source rows
 IO_SHARE_LIMIT = 0.10  # of the step spent waiting for data
 LOW_PRESSURE = 0.25  # of the device's memory: below this, memory findings say memory is not short
@@ -49,103 +53,146 @@ def _device_memory_mib(summary: dict) -> float | None:
     return None if total is None else total * 1024
 
 
-def memory_findings(summary: dict, config: RunConfig) -> list[Finding]:
-    findings: list[Finding] = []
+def _require_resolved(config: RunConfig) -> None:
+    """The doctor reads chunk counts: a config with ``num_chunks: auto`` left in is the caller's mistake."""
+    unresolved = [f"model.{n}" for n in COMPONENTS if getattr(config.model, n).num_chunks == "auto"]
+    if unresolved:
+        raise ValueError(
+            f"the doctor needs the run's resolved config, but {', '.join(unresolved)} num_chunks is still 'auto': "
+            "pass the trainer's config (trainer.config, or the profile report's config), where auto is resolved"
+        )
+
+
+def _fragmentation(summary: dict) -> Finding | None:
+    """CUDA: the allocator reserves much more than the tensors need and expandable segments are off."""
     allocator = summary.get("allocator") or {}
     reserved, allocated = allocator.get("peak_reserved_mib"), allocator.get("peak_allocated_mib")
-    if reserved and allocated and (reserved - allocated) / reserved > 0.2:
-        conf = summary["system"]["env"].get("PYTORCH_CUDA_ALLOC_CONF", "")
-        if "expandable_segments:True" not in conf:
-            findings.append(
-                Finding(
-                    "memory",
-                    "the CUDA allocator holds much more than the tensors need (fragmentation)",
-                    f"peak reserved {reserved:.0f} MiB vs peak allocated {allocated:.0f} MiB "
-                    f"({100 * (reserved - allocated) / reserved:.0f} % reserved but unallocated)",
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                )
-            )
+    if not (reserved and allocated and (reserved - allocated) / reserved > 0.2):
+        return None
+    if "expandable_segments:True" in summary["system"]["env"].get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        return None
+    return Finding(
+        "memory",
+        "the CUDA allocator holds much more than the tensors need (fragmentation)",
+        f"peak reserved {reserved:.0f} MiB vs peak allocated {allocated:.0f} MiB "
+        f"({100 * (reserved - allocated) / reserved:.0f} % reserved but unallocated)",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    )
+
+
+def _share_of_device(summary: dict, step_peak: float) -> str:
+    """The step's tensor peak as a share of the device's memory ("" when the memory is unknown)."""
+    device_mib = _device_memory_mib(summary)
+    if not device_mib:
+        return ""
+    text = f"; that peak is {100 * step_peak / device_mib:.1f} % of the device's memory"
+    if step_peak < LOW_PRESSURE * device_mib:
+        text += " (memory is not short here: act on this when you need the room, e.g. for a larger model)"
+    return text
+
+
+def _component_shares(summary: dict, peaks: dict[str, tuple[float, str | None]], step_peak: float) -> str:
+    """The evidence every memory finding quotes: the mappers' and the processor's share of the step's peak."""
+    mapper_peak = max(peaks[m][0] for m in MAPPERS)
+    processor_peak = peaks["processor"][0]
+    return (
+        f"encoder/decoder phases peak at {mapper_peak:.0f} MiB of tensors ({100 * mapper_peak / step_peak:.0f} % "
+        f"of the step's peak of {step_peak:.0f} MiB); processor phases at {processor_peak:.0f} MiB "
+        f"({100 * processor_peak / step_peak:.0f} %){_share_of_device(summary, step_peak)}"
+    )
+
+
+def _kept_activations(summary: dict, config: RunConfig, step_peak: float, share: str) -> Finding | None:
+    """A component without recomputation whose forward keeps a large part of the peak until backward."""
+    kept = {
+        name: summary["phases"].get(f"{name} forward", {}).get("retained_mib", 0.0)
+        for name in COMPONENTS
+        if not getattr(config.model, name).gradient_checkpointing
+    }
+    if not kept:
+        return None
+    keeper = max(kept, key=kept.get)
+    if kept[keeper] < 0.4 * step_peak:
+        return None
+    chunks = f" model.{keeper}.num_chunks=4" if keeper in MAPPERS else ""
+    return Finding(
+        "memory",
+        f"the {keeper} keeps its activations from forward to backward: recompute it",
+        f"its forward keeps {kept[keeper]:.0f} MiB of tensors until backward "
+        f"({100 * kept[keeper] / step_peak:.0f} % of the step's peak); {share}",
+        f"model.{keeper}.gradient_checkpointing=true{chunks}",
+    )
+
+
+def _peak_outside(summary: dict, group: tuple[str, ...]) -> float:
+    """Largest tensor peak among the phases of components outside ``group`` (data loading, loss, ... included)."""
+    phases = summary["phases"].items()
+    return max((p["tensor_peak_mib"] for name, p in phases if name.split()[0] not in group), default=0.0)
+
+
+def _mapper_chunks(config: RunConfig, holder: str, peaks: dict, rest: float, where: str) -> Finding:
+    """The encoder or decoder holds the peak: four times the chunks of every mapper that dominates."""
+    current = getattr(config.model, holder).num_chunks
+    if current >= MAX_USEFUL_MAPPER_CHUNKS:
+        return _nothing_left(where, f"{holder} num_chunks is already {current}")
+    targets = [m for m in MAPPERS if peaks[m][0] >= DOMINANT * rest] or [holder]
+    counts = {m: min(MAX_USEFUL_MAPPER_CHUNKS, 4 * getattr(config.model, m).num_chunks) for m in targets}
+    now = ", ".join(f"model.{m}.num_chunks={getattr(config.model, m).num_chunks}" for m in targets)
+    return Finding(
+        "memory",
+        f"the {holder} holds the peak: raise the mapper chunks (or set them to `auto`)",
+        f"{where}; the run has {now}",
+        " ".join(f"model.{m}.num_chunks={c}" for m, c in counts.items()),
+    )
+
+
+def _processor_chunks(config: RunConfig, where: str) -> Finding:
+    """The processor holds the peak: twice the checkpoint segments, up to one per layer."""
+    processor = config.model.processor
+    if processor.num_chunks >= processor.num_layers:
+        return _nothing_left(where, "the processor is already checkpointed layer by layer")
+    return Finding(
+        "memory",
+        "the processor holds the peak: checkpoint it in more, smaller segments",
+        f"{where}; the run has model.processor.num_chunks={processor.num_chunks} of {processor.num_layers} layers",
+        f"model.processor.num_chunks={min(processor.num_layers, 2 * processor.num_chunks)}",
+    )
+
+
+def _peak_holder(summary: dict, config: RunConfig, peaks: dict, step_peak: float, share: str) -> Finding | None:
+    """Chunking advice for the component whose phases hold the step's peak, when it is at least ``DOMINANT`` times
+    every other phase's."""
+    holder = max(peaks, key=lambda n: peaks[n][0])
+    rest = _peak_outside(summary, MAPPERS if holder in MAPPERS else ("processor",))
+    if peaks[holder][0] < step_peak * 0.999 or peaks[holder][0] < DOMINANT * rest:
+        return None
+    where = f"{share}; the peak is in {peaks[holder][1]}"
+    if holder in MAPPERS:
+        return _mapper_chunks(config, holder, peaks, rest, where)
+    return _processor_chunks(config, where)
+
+
+def memory_findings(summary: dict, config: RunConfig) -> list[Finding]:
+    """Memory, in the flowchart's order: fragmentation; then a component that keeps its activations, or else the
+    component that holds the peak (chunks, or nothing left to chunk). ``config`` must be resolved (no ``auto``)."""
+    _require_resolved(config)
+    fragmentation = _fragmentation(summary)
+    findings = [fragmentation] if fragmentation else []
     step_peak = summary["tensor_peak_mib"]
     if step_peak <= 0:
         return findings
-    device_mib = _device_memory_mib(summary)
-    of_device = ""
-    if device_mib:
-        of_device = f"; that peak is {100 * step_peak / device_mib:.1f} % of the device's memory"
-        if step_peak < LOW_PRESSURE * device_mib:
-            of_device += " (memory is not short here: act on this when you need the room, e.g. for a larger model)"
-    peaks = {name: _phase_peak(summary, name) for name in (*MAPPERS, "processor")}
-    mapper_peak = max(peaks[m][0] for m in MAPPERS)
-    processor_peak = peaks["processor"][0]
-    share = (
-        f"encoder/decoder phases peak at {mapper_peak:.0f} MiB of tensors ({100 * mapper_peak / step_peak:.0f} % "
-        f"of the step's peak of {step_peak:.0f} MiB); processor phases at {processor_peak:.0f} MiB "
-        f"({100 * processor_peak / step_peak:.0f} %){of_device}"
-    )
-    kept = {
-        name: summary["phases"].get(f"{name} forward", {}).get("retained_mib", 0.0)
-        for name in (*MAPPERS, "processor")
-        if not getattr(config.model, name).gradient_checkpointing
-    }
-    if kept:
-        keeper = max(kept, key=kept.get)
-        if kept[keeper] >= 0.4 * step_peak:
-            chunks = f" model.{keeper}.num_chunks=4" if keeper in MAPPERS else ""
-            findings.append(
-                Finding(
-                    "memory",
-                    f"the {keeper} keeps its activations from forward to backward: recompute it",
-                    f"its forward keeps {kept[keeper]:.0f} MiB of tensors until backward "
-                    f"({100 * kept[keeper] / step_peak:.0f} % of the step's peak); {share}",
-                    f"model.{keeper}.gradient_checkpointing=true{chunks}",
-                )
-            )
-            return findings
-    holder = max(peaks, key=lambda n: peaks[n][0])
-    group = MAPPERS if holder in MAPPERS else ("processor",)
-    rest = max(
-        (p["tensor_peak_mib"] for ph, p in summary["phases"].items() if ph.split()[0] not in group),
-        default=0.0,
-    )
-    if peaks[holder][0] < step_peak * 0.999 or peaks[holder][0] < DOMINANT * rest:
-        return findings
-    where = f"{share}; the peak is in {peaks[holder][1]}"
-    if holder in MAPPERS:
-        current = getattr(config.model, holder).num_chunks
-        targets = [m for m in MAPPERS if peaks[m][0] >= DOMINANT * rest] or [holder]
-        if current < MAX_USEFUL_MAPPER_CHUNKS:
-            counts = {m: min(MAX_USEFUL_MAPPER_CHUNKS, 4 * getattr(config.model, m).num_chunks) for m in targets}
-            findings.append(
-                Finding(
-                    "memory",
-                    f"the {holder} holds the peak: raise the mapper chunks (or set them to `auto`)",
-                    where,
-                    " ".join(f"model.{m}.num_chunks={c}" for m, c in counts.items()),
-                )
-            )
-        else:
-            findings.append(_nothing_left(where, f"{holder} num_chunks is already {current}"))
-    else:
-        processor = config.model.processor
-        if processor.num_chunks < processor.num_layers:
-            findings.append(
-                Finding(
-                    "memory",
-                    "the processor holds the peak: checkpoint it in more, smaller segments",
-                    where,
-                    f"model.processor.num_chunks={min(processor.num_layers, 2 * processor.num_chunks)}",
-                )
-            )
-        else:
-            findings.append(_nothing_left(where, "the processor is already checkpointed layer by layer"))
-    return findings
+    peaks = {name: _phase_peak(summary, name) for name in COMPONENTS}
+    share = _component_shares(summary, peaks, step_peak)
+    kept = _kept_activations(summary, config, step_peak, share)
+    component = kept or _peak_holder(summary, config, peaks, step_peak, share)
+    return findings + ([component] if component else [])
 
 
 def _nothing_left(share: str, why: str) -> Finding:
     return Finding(
         "memory",
         f"no chunking left to turn ({why}): shrink the batch or the model, or shard the model over more devices "
-        "(system.hardware.num_gpus_per_model, not available yet)",
+        "(system.hardware.num_gpus_per_model: edges with halos, or heads)",
         share,
         None,
     )

@@ -9,11 +9,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from anemo_like.config.schema import RunConfig
+from anemo_like.diagnostics.phases import PhaseTotals
+from anemo_like.diagnostics.sampler import MemorySample
+from anemo_like.diagnostics.snapshot import write_timeline_csv
 from anemo_like.profiling.operators import ProfiledSteps, read_timeline, rows_as_dicts, top_by_memory, top_by_time
-from anemo_like.profiling.phases import PhaseTotals
 from anemo_like.profiling.report_plots import plot_memory_over_steps, plot_time_per_phase
-from anemo_like.profiling.sampler import MemorySample
-from anemo_like.profiling.snapshot import write_timeline_csv
 
 IO_PHASES = ("data loading", "host to device")
 
@@ -21,7 +21,7 @@ IO_PHASES = ("data loading", "host to device")
 @dataclass
 class ProfileReport:
     output: Path  # the report folder
-    config: RunConfig
+    config: RunConfig  # the trainer's: every num_chunks resolved (never auto), the config the doctor reads
     rank: int
     device: str
     phases: dict[str, PhaseTotals]  # per step
@@ -127,38 +127,44 @@ def operator_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(report: ProfileReport, summary: dict) -> str:
-    cfg = report.config
-    batch = cfg.dataloader.batch_size.train
-    memory_note = (
-        "CUDA allocator snapshot: `memory_snapshot.pickle` (open it at https://pytorch.org/memory_viz)."
-        if report.snapshot_fallback is None
-        else f"No CUDA allocator snapshot: {report.snapshot_fallback}. Instead: the memory timeline of "
-        f"torch.profiler (`profile_memory=True`) by tensor category, "
-        f"`{summary['profiler_memory_timeline'] or 'not written: ' + str(summary['profiler_memory_timeline_error'])}`"
-        f" (lower panel of the plot), and {report.memory_source} sampled every 5 ms, `memory_samples.csv` "
-        "(upper panel)."
-    )
-    cpu_tensor_note = (
-        "" if report.device.startswith("cuda") else " (on CPU measured in one more step with every operator tracked)"
-    )
-    params = "\n".join(f"| {k} | {v:,} |" for k, v in report.parameters.items())
-    versions = ", ".join(f"{k} {v}" for k, v in report.system["versions"].items() if v)
-    env = ", ".join(f"`{k}={v}`" for k, v in report.system["env"].items()) or "none set"
+def _header(report: ProfileReport, summary: dict) -> str:
+    profile, batch = report.config.diagnostics.profile, report.config.dataloader.batch_size.train
     return f"""# Profile report
 
 Rank {report.rank} on {report.device}; {report.steps} timed steps of batch {batch} after
-{cfg.diagnostics.profile.warmup_steps} warm-up steps; operator tables from {cfg.diagnostics.profile.profiled_steps}
-further steps under torch.profiler. Written {summary["written"]}.
+{profile.warmup_steps} warm-up steps; operator tables from {profile.profiled_steps}
+further steps under torch.profiler. Written {summary["written"]}."""
 
-## Throughput
+
+def _throughput_section(report: ProfileReport) -> str:
+    loader = report.config.dataloader
+    rate = report.loader_batches_per_second
+    return f"""## Throughput
 - **{report.samples_per_second:.2f} samples/s** in training ({_ms(report.step_seconds)} ms per step).
-- Dataloader alone: **{report.loader_batches_per_second:.2f} batches/s** ({report.loader_batches_per_second * batch:.1f}
-  samples/s) with `dataloader.num_workers.train={cfg.dataloader.num_workers.train}`.
+- Dataloader alone: **{rate:.2f} batches/s** ({rate * loader.batch_size.train:.1f}
+  samples/s) with `dataloader.num_workers.train={loader.num_workers.train}`.
 - Per step, waiting for data (loading + host to device): {_ms(report.io_seconds)} ms; compute:
-  {_ms(report.step_seconds - report.io_seconds)} ms.
+  {_ms(report.step_seconds - report.io_seconds)} ms."""
 
-## Time and memory per phase
+
+def _memory_note(report: ProfileReport, summary: dict) -> str:
+    """Where the allocator's own view of memory is: the CUDA snapshot, or what stands in for it."""
+    if report.snapshot_fallback is None:
+        return "CUDA allocator snapshot: `memory_snapshot.pickle` (open it at https://pytorch.org/memory_viz)."
+    timeline = summary["profiler_memory_timeline"] or "not written: " + str(summary["profiler_memory_timeline_error"])
+    return (
+        f"No CUDA allocator snapshot: {report.snapshot_fallback}. Instead: the memory timeline of "
+        f"torch.profiler (`profile_memory=True`) by tensor category, `{timeline}`"
+        f" (lower panel of the plot), and {report.memory_source} sampled every 5 ms, `memory_samples.csv` "
+        "(upper panel)."
+    )
+
+
+def _phase_section(report: ProfileReport, summary: dict) -> str:
+    cpu_tensor_note = (
+        "" if report.device.startswith("cuda") else " (on CPU measured in one more step with every operator tracked)"
+    )
+    return f"""## Time and memory per phase
 Time: mean per step over the timed steps. Process memory: the peak during the phase ({report.memory_source});
 `phases.csv` also has it above the memory at the start of the step. Tensor peak: tensors created since the step
 started and alive at once during the phase, the memory the step needs without allocator
@@ -170,9 +176,12 @@ effects{cpu_tensor_note}. Backward phases of checkpointed components include the
 
 ![memory over the timed steps](memory_over_steps.png)
 
-{memory_note}
+{_memory_note(report, summary)}"""
 
-## Model
+
+def _model_and_operators(report: ProfileReport, summary: dict) -> str:
+    params = "\n".join(f"| {k} | {v:,} |" for k, v in report.parameters.items())
+    return f"""## Model
 | component | parameters |
 |---|---:|
 {params}
@@ -181,20 +190,38 @@ effects{cpu_tensor_note}. Backward phases of checkpointed components include the
 {operator_table(summary["operators_by_time"])}
 
 ## Operators by memory allocated (top {len(summary["operators_by_memory"])})
-{operator_table(summary["operators_by_memory"])}
+{operator_table(summary["operators_by_memory"])}"""
 
-## System
-{report.system["platform"]}, Python {report.system["python"]}, {report.system["cpu_count"]} CPUs
-({report.system["torch_threads"]} torch threads), {report.system["memory_total_gib"]} GiB;
-CUDA devices: {", ".join(d["name"] for d in report.system["cuda_devices"]) or "none"}. Versions: {versions}.
-Environment: {env}.
 
-## Files
+def _system_section(system: dict) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in system["versions"].items() if v)
+    env = ", ".join(f"`{k}={v}`" for k, v in system["env"].items()) or "none set"
+    return f"""## System
+{system["platform"]}, Python {system["python"]}, {system["cpu_count"]} CPUs
+({system["torch_threads"]} torch threads), {system["memory_total_gib"]} GiB;
+CUDA devices: {", ".join(d["name"] for d in system["cuda_devices"]) or "none"}. Versions: {versions}.
+Environment: {env}."""
+
+
+def _files_section(report: ProfileReport, summary: dict) -> str:
+    return f"""## Files
 `report.json` (everything above), `phases.csv`, `operators_by_time.csv`, `operators_by_memory.csv`,
 `memory_samples.csv`, `{report.profiled.trace.name}` (open in https://ui.perfetto.dev or chrome://tracing),
 `{summary["profiler_memory_timeline"] or "(no profiler memory timeline)"}`, `time_per_phase.png`,
-`memory_over_steps.png`{", `memory_snapshot.pickle`" if report.snapshot_fallback is None else ""}.
-"""
+`memory_over_steps.png`{", `memory_snapshot.pickle`" if report.snapshot_fallback is None else ""}."""
+
+
+def render_markdown(report: ProfileReport, summary: dict) -> str:
+    """``report.md``: throughput, time and memory per phase, model, operators, system, files."""
+    sections = [
+        _header(report, summary),
+        _throughput_section(report),
+        _phase_section(report, summary),
+        _model_and_operators(report, summary),
+        _system_section(report.system),
+        _files_section(report, summary),
+    ]
+    return "\n\n".join(sections) + "\n"
 
 
 def write_report(report: ProfileReport, output: Path) -> dict:

@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from anemo_like.profiling.phases import STEP_PHASES, PhaseTotals
-from anemo_like.profiling.sampler import MemorySample
+from anemo_like.diagnostics.phases import STEP_PHASES, PhaseTotals
+from anemo_like.diagnostics.sampler import MemorySample
 
 
 def _phase_colours(names: list[str]) -> dict[str, tuple]:

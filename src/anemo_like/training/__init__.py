@@ -1,1 +1,1 @@
-"""Training: the loop, loss, rollout, validation, schedules and checkpoints."""
+"""Training: the loop, loss, validation, learning-rate schedule, CUDA graphs and the run outputs."""

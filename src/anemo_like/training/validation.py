@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from anemo_like.data.zarr_store import format_frequency
-from anemo_like.training.rollout import rollout
+from anemo_like.models.rollout import ForecastSpec, rollout
 
 
 @dataclass
@@ -60,88 +60,103 @@ class ValidationResult:
         return record
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """What validation scores: ``output_names`` (V_out) with their physical ``output_scale`` (V_out,; offsets cancel
+    in differences), grid ``area_weight`` (G,), the model step, the training loss, and a ``climatology`` (G, V_out,
+    normalised) scored as a forecast too (None: no climatology column)."""
+
+    output_names: list[str]
+    output_scale: np.ndarray
+    area_weight: torch.Tensor
+    step_length: datetime.timedelta
+    loss_fn: nn.Module
+    climatology: np.ndarray | None = None
+
+
+class _ErrorSums:
+    """Area-weighted squared errors (float64, physical units) and the weight of the points that had a target, per
+    lead and variable, for the model, persistence and climatology; and the loss."""
+
+    def __init__(self, scoring: Scoring, *, steps: int, num_prognostic: int, device: torch.device) -> None:
+        self.steps, self.num_prognostic, self.loss_fn = steps, num_prognostic, scoring.loss_fn
+        self.weight = (scoring.area_weight / scoring.area_weight.sum()).to(device).double()
+        self.scale = torch.as_tensor(scoring.output_scale, dtype=torch.float64, device=device)
+        clim = scoring.climatology
+        self.clim = None if clim is None else torch.as_tensor(clim, dtype=torch.float32, device=device)
+        self.model = torch.zeros(steps, len(scoring.output_names), dtype=torch.float64, device=device)
+        self.persistence = torch.zeros(steps, num_prognostic, dtype=torch.float64, device=device)
+        self.model_weight, self.persistence_weight = torch.zeros_like(self.model), torch.zeros_like(self.persistence)
+        self.climatology = torch.zeros_like(self.model)
+        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+
+    def _weighted(self, values: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("g,bgv->v", self.weight, values)
+
+    def add(self, step: int, prediction: torch.Tensor, target: torch.Tensor, last_state: torch.Tensor) -> None:
+        """One lead of a batch: prediction and target (B, G, V_out), last input state (B, G, P), all normalised."""
+        p = self.num_prognostic
+        self.loss += self.loss_fn(prediction, target) * prediction.shape[0] / self.steps
+        valid = target.isfinite()
+        err = torch.where(valid, prediction - target, 0.0).double() * self.scale
+        self.model[step] += self._weighted(err.square())
+        if self.clim is not None:
+            err_clim = torch.where(valid, self.clim - target, 0.0).double() * self.scale
+            self.climatology[step] += self._weighted(err_clim.square())
+        self.model_weight[step] += self._weighted(valid.double())
+        pers = torch.where(valid[..., :p], last_state - target[..., :p], 0.0)
+        self.persistence[step] += self._weighted((pers.double() * self.scale[:p]).square())
+        self.persistence_weight[step] += self._weighted(valid[..., :p].double())
+
+    def result(self, scoring: Scoring, samples: int) -> ValidationResult:
+        length = scoring.step_length
+        climatology = None if self.clim is None else np.sqrt((self.climatology / self.model_weight).cpu().numpy())
+        return ValidationResult(
+            variables=scoring.output_names,
+            leads=[format_frequency(length * (s + 1)) for s in range(self.steps)],
+            lead_hours=[(length * (s + 1)).total_seconds() / 3600 for s in range(self.steps)],
+            model_rmse=np.sqrt((self.model / self.model_weight).cpu().numpy()),
+            persistence_rmse=np.sqrt((self.persistence / self.persistence_weight).cpu().numpy()),
+            climatology_rmse=climatology,
+            loss=float(self.loss) / samples,
+            num_samples=samples,
+        )
+
+
 @torch.no_grad()
 def validate(
     model: nn.Module,
     loader: DataLoader,
     *,
-    loss_fn: nn.Module,
-    multistep: int,
+    spec: ForecastSpec,
+    scoring: Scoring,
     steps: int,
-    step_length: datetime.timedelta,
-    input_positions: list[int],
-    output_positions: list[int],
-    output_names: list[str],
-    num_prognostic: int,
-    output_scale: np.ndarray,
-    area_weight: torch.Tensor,
     device: torch.device,
-    climatology: np.ndarray | None = None,
     limit_batches: int | None = None,
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
     autocast: Callable[[], AbstractContextManager] = contextlib.nullcontext,
 ) -> ValidationResult:
-    """Score ``steps`` autoregressive steps on every validation sample.
+    """Score ``steps`` autoregressive steps on every validation sample (at most ``limit_batches`` batches).
 
-    ``output_scale`` (V_out,) turns normalised errors into physical units (offsets cancel in differences).
-    ``climatology`` (G, V_out), normalised, is scored as a forecast too.
     Non-finite targets (``data.nan_policy: mask``) are left out: each RMSE is over the points that have a target.
     ``prepare`` makes a loader batch ready on ``device`` (default: a copy there); ``autocast`` wraps the forward.
     """
     was_training = model.training
     model.eval()
-    weight = (area_weight / area_weight.sum()).to(device)
-    scale = torch.as_tensor(output_scale, dtype=torch.float64, device=device)
-    prognostic_inputs = torch.as_tensor(input_positions[:num_prognostic], device=device)
-    sq_model = torch.zeros(steps, len(output_positions), dtype=torch.float64, device=device)
-    sq_pers = torch.zeros(steps, num_prognostic, dtype=torch.float64, device=device)
-    weight_model, weight_pers = torch.zeros_like(sq_model), torch.zeros_like(sq_pers)
-    sq_clim = torch.zeros_like(sq_model)
-    clim = None if climatology is None else torch.as_tensor(climatology, dtype=torch.float32, device=device)
-    loss_sum, samples = torch.zeros((), dtype=torch.float64, device=device), 0
+    sums = _ErrorSums(scoring, steps=steps, num_prognostic=spec.num_prognostic, device=device)
+    prognostic_inputs = torch.as_tensor(spec.input_positions, device=device)[: spec.num_prognostic]
+    samples = 0
     for i, batch in enumerate(loader):
         if limit_batches is not None and i >= limit_batches:
             break
         batch = batch.to(device) if prepare is None else prepare(batch)
-        last_state = batch[:, multistep - 1].index_select(-1, prognostic_inputs).float()
+        last_state = batch[:, spec.multistep - 1].index_select(-1, prognostic_inputs).float()
         with autocast():
-            predictions = list(
-                rollout(
-                    model,
-                    batch,
-                    multistep=multistep,
-                    steps=steps,
-                    input_positions=input_positions,
-                    output_positions=output_positions,
-                    num_prognostic=num_prognostic,
-                )
-            )
+            predictions = list(rollout(model, batch, spec, steps=steps))
         for step, (prediction, target) in enumerate(predictions):
-            prediction, target = prediction.float(), target.float()
-            loss_sum += loss_fn(prediction, target) * batch.shape[0] / steps
-            valid = target.isfinite()
-            err = torch.where(valid, prediction - target, 0.0).double() * scale
-            sq_model[step] += torch.einsum("g,bgv->v", weight.double(), err.square())
-            if clim is not None:
-                err_clim = torch.where(valid, clim - target, 0.0).double() * scale
-                sq_clim[step] += torch.einsum("g,bgv->v", weight.double(), err_clim.square())
-            weight_model[step] += torch.einsum("g,bgv->v", weight.double(), valid.double())
-            pers = torch.where(valid[..., :num_prognostic], last_state - target[..., :num_prognostic], 0.0)
-            sq_pers[step] += torch.einsum(
-                "g,bgv->v", weight.double(), (pers.double() * scale[:num_prognostic]).square()
-            )
-            weight_pers[step] += torch.einsum("g,bgv->v", weight.double(), valid[..., :num_prognostic].double())
+            sums.add(step, prediction.float(), target.float(), last_state)
         samples += batch.shape[0]
     model.train(was_training)
     if samples == 0:
         raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_batches.val")
-    return ValidationResult(
-        variables=output_names,
-        leads=[format_frequency(step_length * (s + 1)) for s in range(steps)],
-        lead_hours=[(step_length * (s + 1)).total_seconds() / 3600 for s in range(steps)],
-        model_rmse=np.sqrt((sq_model / weight_model).cpu().numpy()),
-        persistence_rmse=np.sqrt((sq_pers / weight_pers).cpu().numpy()),
-        climatology_rmse=None if clim is None else np.sqrt((sq_clim / weight_model).cpu().numpy()),
-        loss=float(loss_sum) / samples,
-        num_samples=samples,
-    )
+    return sums.result(scoring, samples)

@@ -45,6 +45,7 @@ class SortedEdges:
 
     @property
     def num_edges(self) -> int:
+        """E, the number of edges."""
         return self.src.numel()
 
     def blocks(self, max_edges: int, min_blocks: int = 1) -> tuple[EdgeBlock, ...]:
@@ -56,7 +57,7 @@ class SortedEdges:
         return self._blocks[key]
 
     def planned_min_blocks(self) -> list[int]:
-        """The ``min_blocks`` values asked for so far (for tests and logging)."""
+        """The ``min_blocks`` values asked for so far (for tests)."""
         return sorted({m for _, m in self._blocks})
 
     def _plan_blocks(self, max_edges: int, min_blocks: int) -> tuple[EdgeBlock, ...]:

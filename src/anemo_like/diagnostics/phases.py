@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from anemo_like.profiling.live_tensors import LiveTensorTracker
-from anemo_like.profiling.memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+from anemo_like.diagnostics.live_tensors import LiveTensorTracker
+from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
 COMPONENTS = ("encoder", "processor", "decoder")
 STEP_PHASES = (

@@ -3,7 +3,8 @@
 On CPU, activations live in the C heap. glibc keeps freed blocks resident and places small long-lived
 objects inside large free regions, so when chunked work frees and re-allocates many same-sized tensors the
 heap spreads out: at the reference size the process's peak resident memory was 2.5x its peak of live
-tensors. ``maybe_release_heap`` is called at every mapper chunk and processor segment; when the process has
+tensors. ``maybe_release_heap`` runs at every mapper chunk and processor segment (registered with the network's chunk
+boundary callback); when the process has
 grown by more than the configured amount since the last release and that much heap is free, it calls
 ``malloc_trim``, which returns whole free pages to the system. The cost is the page faults when released memory
 is used again.
@@ -18,7 +19,8 @@ import ctypes
 import ctypes.util
 import functools
 
-from anemo_like.profiling.memory import resident_bytes
+from anemo_like.models.ops.checkpointing import on_chunk_boundary
+from anemo_like.runtime.process_memory import resident_bytes
 
 
 class _MallInfo2(ctypes.Structure):
@@ -54,6 +56,7 @@ def set_heap_release(threshold_mib: float | None) -> bool:
     global _threshold_bytes, _rss_after_release
     _threshold_bytes = None if threshold_mib is None or _glibc() is None else int(threshold_mib * 2**20)
     _rss_after_release = 0
+    on_chunk_boundary(None if _threshold_bytes is None else maybe_release_heap)
     return _threshold_bytes is not None
 
 

@@ -3,8 +3,9 @@
 Peak memory of one training step = static part (fp32 weights, gradients and the two AdamW moments: 16 bytes
 per parameter, plus the kernels' scratch buffers) + the largest activation peak of the three components.
 Activation peaks are counted in "rows": one node's feature vector, ``batch * channels * 4`` bytes in fp32.
-The coefficients below were measured with ``profiling.LiveTensorTracker`` on the reference model (96x192 grid,
-mesh 4, 256 channels) for 1-16 chunks and rounded up; ``tests/test_memory_model.py`` re-measures them.
+The coefficients below were measured with ``diagnostics.live_tensors.LiveTensorTracker`` on the reference model
+(96x192 grid, mesh 4, 256 channels) for 1-16 chunks and rounded up; ``tests/test_memory.py`` checks that they bound
+the measured peak.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import torch
 from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import ModelConfig
-from anemo_like.models.chunking import SortedEdges, plan_destination_chunks
-from anemo_like.models.forecast_model import DECODER_EDGES, ENCODER_EDGES, ForecastModel, VariableLayout
-from anemo_like.models.graph_attention import BLOCK_ELEMENTS
+from anemo_like.data.variables import VariableLayout
+from anemo_like.models.forecast_model import DECODER_EDGES, ENCODER_EDGES, ForecastModel
 from anemo_like.models.mlp import ROW_BLOCK_ELEMENTS
+from anemo_like.models.ops.chunking import SortedEdges, plan_destination_chunks
+from anemo_like.models.ops.graph_attention import BLOCK_ELEMENTS
 
 LOG = logging.getLogger(__name__)
 

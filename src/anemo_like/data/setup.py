@@ -18,10 +18,9 @@ from anemo_like.config.schema import DataloaderConfig, RunConfig
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.normalizer import Normalizer
-from anemo_like.data.variables import VariableRoles
+from anemo_like.data.variables import VariableLayout, VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
-from anemo_like.models.forecast_model import VariableLayout
 
 LOG = logging.getLogger(__name__)
 
@@ -209,11 +208,8 @@ def open_val_store(config: RunConfig, train_store: AnemoiZarr) -> AnemoiZarr:
     return store
 
 
-def setup_data(config: RunConfig) -> DataSetup:
-    """Open the dataset(s), check the config against them and build the train/val windows."""
-    store = open_anemoi_zarr(resolve_dataset_path(config))
-    val_store = open_val_store(config, store)
-    roles = VariableRoles.from_config(config.data.variables)
+def _model_step_stride(config: RunConfig, store: AnemoiZarr) -> int:
+    """Dataset dates per model step: ``data.timestep`` over the dataset's frequency (a whole multiple of it)."""
     timestep = parse_frequency(config.data.timestep, source="data.timestep")
     frequency = store.frequency
     if timestep % frequency or timestep < frequency:
@@ -221,70 +217,105 @@ def setup_data(config: RunConfig) -> DataSetup:
             f"data.timestep '{config.data.timestep}' must be a multiple of the frequency of {store.path} "
             f"({format_frequency(frequency)})"
         )
-    stride = int(timestep // frequency)
+    return int(timestep // frequency)
+
+
+def _read_normalizer(config: RunConfig, store: AnemoiZarr, roles: VariableRoles) -> Normalizer:
+    """The normaliser of ``roles.read`` (in that order) from ``data.normalizer`` and the dataset's statistics."""
     read_index = store.variable_indices(roles.read)
-    methods = [config.data.normalizer.per_variable.get(n, config.data.normalizer.default) for n in roles.read]
-    unknown = set(config.data.normalizer.per_variable) - set(roles.read)
+    normalizer_config = config.data.normalizer
+    unknown = set(normalizer_config.per_variable) - set(roles.read)
     if unknown:
         raise ValueError(f"data.normalizer.per_variable names {sorted(unknown)}, which are not selected variables")
+    methods = [normalizer_config.per_variable.get(name, normalizer_config.default) for name in roles.read]
     statistics = {k: np.asarray(v)[read_index] for k, v in store.statistics.items()}
-    normalizer = Normalizer.from_statistics(
-        names=roles.read, statistics=statistics, methods=methods, source=str(store.path)
-    )
+    return Normalizer.from_statistics(names=roles.read, statistics=statistics, methods=methods, source=str(store.path))
+
+
+def _variable_layout(config: RunConfig, roles: VariableRoles, normalizer: Normalizer) -> VariableLayout:
+    """The model's input/output variable layout, with the normalised zero of each ``model.relu_bounded`` output."""
     floors = {}
     for name in config.model.relu_bounded:
         i = roles.read.index(name)
         floors[roles.output.index(name)] = float(-normalizer.offset[i] / normalizer.scale[i])
-    layout = VariableLayout(
+    return VariableLayout(
         num_input=len(roles.input),
         num_output=len(roles.output),
         prognostic_input=list(range(len(roles.prognostic))),
         prognostic_output=list(range(len(roles.prognostic))),
         relu_floor=floors,
     )
+
+
+def _split_windows(
+    config: RunConfig,
+    store: AnemoiZarr,
+    split: Literal["train", "val"],
+    *,
+    rollout: int,
+    stride: int,
+    roles: VariableRoles,
+    normalizer: Normalizer,
+) -> WindowDataset:
+    """The samples of ``data.splits.<split>`` in ``store``: multistep input states, then ``rollout`` targets."""
+    window = getattr(config.data.splits, split)
+    try:
+        start, stop = store.date_range(window.start, window.end)
+    except ValueError as error:
+        raise ValueError(f"data.splits.{split}: {error}") from None
     multistep = config.training.multistep_input
-
-    def windows(store: AnemoiZarr, split: str, num_states: int, counted_as: str) -> WindowDataset:
-        window = getattr(config.data.splits, split)
-        try:
-            start, stop = store.date_range(window.start, window.end)
-        except ValueError as error:
-            raise ValueError(f"data.splits.{split}: {error}") from None
-        dataset = WindowDataset(
-            store=store,
-            date_start=start,
-            date_stop=stop,
-            stride=stride,
-            num_states=num_states,
-            read_names=roles.read,
-            computed_names=roles.computed,
-            normalizer=normalizer,
-            nan_policy=config.data.nan_policy,
-            input_states=multistep,
-            target_names=roles.output,
-            normalize=not config.dataloader.normalize_on_device,
+    dataset = WindowDataset(
+        store=store,
+        date_start=start,
+        date_stop=stop,
+        stride=stride,
+        num_states=multistep + rollout,
+        read_names=roles.read,
+        computed_names=roles.computed,
+        normalizer=normalizer,
+        nan_policy=config.data.nan_policy,
+        input_states=multistep,
+        target_names=roles.output,
+        normalize=not config.dataloader.normalize_on_device,
+    )
+    if len(dataset) == 0:
+        rollout_key = "training.rollout.max" if split == "train" else "training.val_rollout"
+        raise ValueError(
+            f"data.splits.{split} ({window.start} .. {window.end}) of {store.path} holds {stop - start} dates, "
+            f"too few for {multistep + rollout} states {config.data.timestep} apart "
+            f"(training.multistep_input {multistep} + {rollout_key} {rollout}); widen the split or shorten the rollout"
         )
-        if len(dataset) == 0:
-            raise ValueError(
-                f"data.splits.{split} ({window.start} .. {window.end}) of {store.path} holds {stop - start} dates, "
-                f"too few for {num_states} states {config.data.timestep} apart ({counted_as}); "
-                "widen the split or shorten the rollout"
-            )
-        return dataset
+    return dataset
 
-    rollout, val_rollout = config.training.rollout.max, config.training.val_rollout
-    train = windows(
-        store,
-        "train",
-        multistep + rollout,
-        f"training.multistep_input {multistep} + training.rollout.max {rollout}",
-    )
-    val = windows(
-        val_store,
-        "val",
-        multistep + val_rollout,
-        f"training.multistep_input {multistep} + training.val_rollout {val_rollout}",
-    )
+
+def _climatology_baseline(
+    config: RunConfig, store: AnemoiZarr, roles: VariableRoles, normalizer: Normalizer
+) -> np.ndarray | None:
+    """(G, V_out) normalised mean of ``training.val_climatology_dates`` training dates; None when that is 0."""
+    if not config.training.val_climatology_dates:
+        return None
+    started = time.perf_counter()
+    window = config.data.splits.train  # checked by _split_windows
+    train_start, train_stop = store.date_range(window.start, window.end)
+    num_dates = min(config.training.val_climatology_dates, train_stop - train_start)
+    read_index = store.variable_indices(roles.read)
+    mean = mean_state(store, date_start=train_start, date_stop=train_stop, variables=read_index, max_dates=num_dates)
+    climatology = normalizer.normalize(mean, axis=-1)[:, [roles.read.index(n) for n in roles.output]]
+    LOG.info("climatology baseline: mean of %d training dates, %.1f s", num_dates, time.perf_counter() - started)
+    return climatology
+
+
+def setup_data(config: RunConfig) -> DataSetup:
+    """Open the dataset(s), check the config against them and build the train/val windows."""
+    store = open_anemoi_zarr(resolve_dataset_path(config))
+    val_store = open_val_store(config, store)
+    roles = VariableRoles.from_config(config.data.variables)
+    stride = _model_step_stride(config, store)
+    normalizer = _read_normalizer(config, store, roles)
+    layout = _variable_layout(config, roles, normalizer)
+    shared = {"stride": stride, "roles": roles, "normalizer": normalizer}
+    train = _split_windows(config, store, "train", rollout=config.training.rollout.max, **shared)
+    val = _split_windows(config, val_store, "val", rollout=config.training.val_rollout, **shared)
     LOG.info(
         "data %s: %d grid points, train %d samples, val %d samples%s, inputs %s, outputs %s",
         store.path,
@@ -295,15 +326,5 @@ def setup_data(config: RunConfig) -> DataSetup:
         roles.input,
         roles.output,
     )
-    climatology = None
-    if config.training.val_climatology_dates:
-        started = time.perf_counter()
-        window = config.data.splits.train  # checked by windows() above
-        train_start, train_stop = store.date_range(window.start, window.end)
-        num_dates = min(config.training.val_climatology_dates, train_stop - train_start)
-        mean = mean_state(
-            store, date_start=train_start, date_stop=train_stop, variables=read_index, max_dates=num_dates
-        )
-        climatology = normalizer.normalize(mean, axis=-1)[:, [roles.read.index(n) for n in roles.output]]
-        LOG.info("climatology baseline: mean of %d training dates, %.1f s", num_dates, time.perf_counter() - started)
+    climatology = _climatology_baseline(config, store, roles, normalizer)
     return DataSetup(store, roles, normalizer, layout, train, val, stride, climatology)

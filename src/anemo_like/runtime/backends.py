@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from anemo_like.config.schema import ModelConfig
-from anemo_like.models.triton_graph_attention import triton_unavailable_reason
-from anemo_like.models.window_attention import flash_unavailable_reason, import_flash_attention
+from anemo_like.models.ops.triton_graph_attention import triton_unavailable_reason
+from anemo_like.models.ops.window_attention import flash_unavailable_reason, import_flash_attention
 
 
 def unavailable_backends(model: ModelConfig, device: torch.device, dtype: torch.dtype) -> list[str]:

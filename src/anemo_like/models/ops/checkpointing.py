@@ -8,18 +8,27 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from anemo_like.models.heap_release import maybe_release_heap
 from anemo_like.partition import balanced_bounds
+
+_chunk_boundary: Callable[[], None] | None = None
+
+
+def on_chunk_boundary(callback: Callable[[], None] | None) -> None:
+    """Call ``callback`` before every chunk and checkpoint segment from now on (None: nothing). The runtime sets
+    the CPU heap release here (:func:`anemo_like.runtime.heap_release.set_heap_release`)."""
+    global _chunk_boundary
+    _chunk_boundary = callback
 
 
 def maybe_checkpoint(enabled: bool, fn: Callable[..., Tensor], *args: object) -> Tensor:
     """Run ``fn(*args)``; when ``enabled`` and gradients are on, keep only its inputs and recompute in backward.
 
-    Every run (and recomputation) of ``fn`` is a chunk boundary: free CPU heap may be released first.
+    Every run (and recomputation) of ``fn`` is a chunk boundary: the :func:`on_chunk_boundary` callback runs first.
     """
 
     def run(*inputs: object) -> Tensor:
-        maybe_release_heap()
+        if _chunk_boundary is not None:
+            _chunk_boundary()
         return fn(*inputs)
 
     if enabled and torch.is_grad_enabled():

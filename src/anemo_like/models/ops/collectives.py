@@ -7,15 +7,10 @@ NCCL both support (gloo has no uneven ``all_gather``).
 
 Gradient conventions (the loss being differentiated is the SUM of every rank's loss):
 
-* :func:`shard_nodes` takes a tensor that is replicated on every rank; its backward all-gathers the gradient
-  slices, so every rank receives the full gradient of the shared input.
 * :func:`gather_nodes` gives every rank the full tensor, and every rank's use of it counts; its backward is an
   (uneven) reduce-scatter: this rank's input gradient is the sum over ranks of their output gradients, sliced to
   this rank's block. If every rank computes the same loss from the gathered tensor, divide that loss by the group
-  size, or the gradient is counted once per rank; likewise :func:`shard_nodes` right after it counts P times
-  (go through :func:`reduce_sum` in between, as a sharded layer would).
-* :func:`reduce_sum` / :func:`copy_to_group` are the Megatron pair for partial sums: all-reduce forward and
-  identity backward (the output is used identically on every rank), and its conjugate.
+  size, or the gradient is counted once per rank.
 * :func:`nodes_to_heads` / :func:`heads_to_nodes` and :func:`halo_exchange` only move data, so their backward
   moves gradients back (summing the gradients of rows that were sent several times).
 
@@ -70,11 +65,6 @@ def _reduce_scatter(x: Tensor, sizes: Sequence[int], group: ProcessGroup, dim: i
     return received.unflatten(dim, (len(sizes), own)).sum(dim)
 
 
-def _slice(x: Tensor, sizes: Sequence[int], group: ProcessGroup, dim: int) -> Tensor:
-    rank = dist.get_rank(group)
-    return x.narrow(dim, sum(sizes[:rank]), sizes[rank])
-
-
 def _check_sizes(x: Tensor, sizes: Sequence[int], group: ProcessGroup, dim: int) -> None:
     rank = dist.get_rank(group)
     if len(sizes) != _size(group) or x.shape[dim] != sizes[rank]:
@@ -82,18 +72,6 @@ def _check_sizes(x: Tensor, sizes: Sequence[int], group: ProcessGroup, dim: int)
             f"rank {rank} holds {x.shape[dim]} rows along dim {dim}, but the shard sizes are {list(sizes)} "
             f"for a group of {_size(group)}"
         )
-
-
-class _ShardNodes(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, group: ProcessGroup, dim: int) -> Tensor:
-        ctx.group, ctx.dim = group, dim
-        ctx.sizes = [stop - start for start, stop in node_shard_bounds(x.shape[dim], _size(group))]
-        return _slice(x, ctx.sizes, group, dim).clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        return _all_gather(grad, ctx.sizes, ctx.group, ctx.dim), None, None
 
 
 class _GatherNodes(torch.autograd.Function):
@@ -105,31 +83,6 @@ class _GatherNodes(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         return _reduce_scatter(grad, ctx.sizes, ctx.group, ctx.dim), None, None, None
-
-
-class _ReduceSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, group: ProcessGroup) -> Tensor:
-        out = x.clone()
-        dist.all_reduce(out, group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return grad, None
-
-
-class _CopyToGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, group: ProcessGroup) -> Tensor:
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        grad = grad.clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
 
 
 def _nodes_to_heads(x: Tensor, group: ProcessGroup, node_sizes: Sequence[int]) -> Tensor:
@@ -193,11 +146,6 @@ class _HaloExchange(torch.autograd.Function):
         return grad.new_zeros(shape).index_add_(ctx.dim, ctx.index, returned), None, None, None, None
 
 
-def shard_nodes(x: Tensor, group: ProcessGroup | None, dim: int = 1) -> Tensor:
-    """This rank's balanced block of a replicated ``x`` along ``dim``: ``(B, N, C) -> (B, n_rank, C)``."""
-    return x if _size(group) == 1 else _ShardNodes.apply(x, group, dim)
-
-
 def gather_nodes(x: Tensor, group: ProcessGroup | None, sizes: Sequence[int], dim: int = 1) -> Tensor:
     """Every rank's block concatenated along ``dim``: ``(B, sizes[rank], C) -> (B, sum(sizes), C)``.
 
@@ -206,16 +154,6 @@ def gather_nodes(x: Tensor, group: ProcessGroup | None, sizes: Sequence[int], di
         return x
     _check_sizes(x, sizes, group, dim)
     return _GatherNodes.apply(x, group, list(sizes), dim)
-
-
-def reduce_sum(x: Tensor, group: ProcessGroup | None) -> Tensor:
-    """Sum of every rank's partial ``x`` (any shape); the gradient passes through unchanged."""
-    return x if _size(group) == 1 else _ReduceSum.apply(x, group)
-
-
-def copy_to_group(x: Tensor, group: ProcessGroup | None) -> Tensor:
-    """``x`` unchanged (any shape); the gradient is the sum of every rank's gradient."""
-    return x if _size(group) == 1 else _CopyToGroup.apply(x, group)
 
 
 def nodes_to_heads(x: Tensor, group: ProcessGroup | None, node_sizes: Sequence[int]) -> Tensor:

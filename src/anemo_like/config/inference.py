@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from anemo_like.config.schema import _TIMESTEP, Strict
+from anemo_like.config.base import TIMESTEP, Strict
 from anemo_like.config.validate import check_schema_keys, validate_schema
 
 OUTPUT_SUFFIXES = (".nc", ".zarr")
@@ -28,7 +28,7 @@ def inference_config_dir() -> Path:
 
 
 def _duration(value: str | None) -> str | None:
-    if value is not None and not _TIMESTEP.match(value):
+    if value is not None and not TIMESTEP.match(value):
         raise ValueError(_DURATION_HINT)
     return value
 

@@ -12,10 +12,10 @@ Backends (``model.graph_attention_backend``):
 - ``reference``: the same maths as ordinary autograd ops over all edges at once (keeps every per-edge tensor).
 - ``triton``: fused Triton kernels (``triton_graph_attention``) on CUDA; where they cannot run (no GPU, no
   triton) the ``torch`` backend runs instead and one log line says why (``model.strict_backends`` makes it an
-  error at setup: ``models/backends.py``).
+  error at setup: ``runtime/backends.py``).
 
 Precision: every backend takes its inputs in one dtype, cast to the autocast dtype under autocast
-(``models/precision.py``), and returns the output in it. The edge embedding, gathers and k + e, v + e run in
+(``models/ops/autocast.py``), and returns the output in it. The edge embedding, gathers and k + e, v + e run in
 that dtype; scores, the softmax statistics and the sums over edges accumulate in fp32 (or wider: fp64 stays).
 """
 
@@ -23,20 +23,21 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from anemo_like.models.chunking import EdgeBlock, SortedEdges
-from anemo_like.models.precision import (
+from anemo_like.models.ops.autocast import (
     accumulation_dtype,
     apply_autocast,
     backward_without_autocast,
     cast_like_autocast,
 )
-from anemo_like.models.triton_graph_attention import graph_attention_triton, triton_unavailable_reason
-from anemo_like.models.workspace import scratch
+from anemo_like.models.ops.chunking import EdgeBlock, SortedEdges
+from anemo_like.models.ops.triton_graph_attention import graph_attention_triton, triton_unavailable_reason
+from anemo_like.models.ops.workspace import scratch
 
 LOG = logging.getLogger(__name__)
 _reported: set[str] = set()  # fallback reasons already logged
@@ -149,7 +150,16 @@ class _BlockedGraphAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, edge_attr, weight, bias, blocks: tuple[EdgeBlock, ...]) -> Tensor:
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        edge_attr: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        blocks: tuple[EdgeBlock, ...],
+    ) -> Tensor:
         scale = 1.0 / math.sqrt(q.shape[-1])
         scratches = _BlockScratch(q, blocks)
         out = torch.zeros_like(q, dtype=scratches.wide_dtype)
@@ -174,7 +184,7 @@ class _BlockedGraphAttention(torch.autograd.Function):
 
     @staticmethod
     @backward_without_autocast
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, edge_attr, weight, bias, out, log_sum_exp = ctx.saved_tensors
         scale, wide = ctx.scale, log_sum_exp.dtype
         grad_out = grad_out.contiguous()

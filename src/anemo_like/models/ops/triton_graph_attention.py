@@ -23,13 +23,14 @@ import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from anemo_like.models.chunking import SortedEdges
-from anemo_like.models.precision import cast_like_autocast
+from anemo_like.models.ops.autocast import cast_like_autocast
+from anemo_like.models.ops.chunking import SortedEdges
 
 try:
     import triton
@@ -287,7 +288,7 @@ def graph_attention_op(
 
 
 @graph_attention_op.register_fake
-def _(q, k, v, e, dst_ptr, src, src_ptr, src_order, src_order_dst):
+def _(q: Tensor, k: Tensor, v: Tensor, e: Tensor, *index: Tensor) -> tuple[Tensor, Tensor]:
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -329,17 +330,17 @@ def graph_attention_backward_op(
 
 
 @graph_attention_backward_op.register_fake
-def _(grad_out, q, k, v, e, out, log_sum_exp, dst_ptr, src, src_ptr, src_order, src_order_dst):
+def _(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, e: Tensor, *saved: Tensor) -> tuple[Tensor, ...]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), e.new_empty(e.shape)
 
 
-def _setup_context(ctx, inputs, output) -> None:
+def _setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: tuple[Tensor, Tensor]) -> None:
     out, log_sum_exp = output
     ctx.mark_non_differentiable(log_sum_exp)
     ctx.save_for_backward(*inputs, out, log_sum_exp)
 
 
-def _backward(ctx, grad_out: Tensor, _grad_log_sum_exp: Tensor) -> tuple[Tensor | None, ...]:
+def _backward(ctx: Any, grad_out: Tensor, _grad_log_sum_exp: Tensor) -> tuple[Tensor | None, ...]:
     q, k, v, e, *index, out, log_sum_exp = ctx.saved_tensors
     grads = graph_attention_backward_op(grad_out, q, k, v, e, out, log_sum_exp, *index)
     return (*grads, None, None, None, None, None)

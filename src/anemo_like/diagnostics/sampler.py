@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anemo_like.profiling.memory import resident_bytes
+from anemo_like.runtime.process_memory import resident_bytes
 
 
 @dataclass

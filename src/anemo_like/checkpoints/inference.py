@@ -7,10 +7,9 @@ trusting pickled code.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,12 +17,13 @@ from torch_geometric.data import HeteroData
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
-from anemo_like.config.schema import ModelConfig, RunConfig
+from anemo_like.config.schema import RunConfig
 from anemo_like.data.normalizer import Normalizer
-from anemo_like.data.variables import VariableRoles
+from anemo_like.data.variables import VariableLayout, VariableRoles
 from anemo_like.graphs import graph_from_tensors, graph_to_tensors
 from anemo_like.graphs.serialization import load_weights_only
-from anemo_like.models.forecast_model import ForecastModel, VariableLayout
+from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.runtime.inference_environment import apply_inference_overrides, with_graph_backend_from_environment
 
 LOG = logging.getLogger(__name__)
 INFERENCE_FORMAT = "anemo_like-inference-v1"
@@ -69,29 +69,6 @@ def save_inference_checkpoint(
     )
 
 
-GRAPH_BACKEND_VARIABLE = "ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND"
-
-
-def with_graph_backend_from_environment(model: ModelConfig) -> ModelConfig:
-    """``model`` with ``graph_attention_backend`` from ``ANEMOI_INFERENCE_GRAPHTRANSFORMER_ATTENTION_BACKEND``."""
-    value = os.environ.get(GRAPH_BACKEND_VARIABLE, "").strip()
-    if not value:
-        return model
-    allowed = get_args(ModelConfig.model_fields["graph_attention_backend"].annotation)
-    if value not in allowed:
-        raise ValueError(
-            f"environment variable {GRAPH_BACKEND_VARIABLE}={value!r}: expected one of {', '.join(allowed)}"
-        )
-    if value != model.graph_attention_backend:
-        LOG.info(
-            "graph attention backend %s (from %s; trained with %s)",
-            value,
-            GRAPH_BACKEND_VARIABLE,
-            model.graph_attention_backend,
-        )
-    return model.model_copy(update={"graph_attention_backend": value})
-
-
 def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
     """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
     path = Path(path)
@@ -106,6 +83,7 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     layout = VariableLayout(**state["layout"])
     model = ForecastModel(config=config.model, graph=graph, layout=layout, multistep=config.training.multistep_input)
     model.load_state_dict(state["state_dict"])
+    apply_inference_overrides(model)
     norm = state["normalizer"]
     normalizer = Normalizer(list(norm["names"]), np.asarray(norm["offset"]), np.asarray(norm["scale"]))
     return InferenceBundle(model.to(device).eval(), config, VariableRoles(**state["roles"]), normalizer, graph)

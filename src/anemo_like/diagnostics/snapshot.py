@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from anemo_like.profiling.sampler import MemorySample, MemorySampler
+from anemo_like.diagnostics.sampler import MemorySample, MemorySampler
 
 LOG = logging.getLogger(__name__)
 

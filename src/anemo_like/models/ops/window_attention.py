@@ -1,8 +1,9 @@
 """Sliding-window attention backends of the transformer processor, and the choice among them at run time.
 
-``model.processor.attention_implementation`` names the backend; ``ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND``
-overrides it in eval mode (read at every forward, like the chunk variables). A backend that cannot run here falls
-back to ``scaled_dot_product_attention`` with one log line saying why.
+``model.processor.attention_implementation`` names the backend; in eval mode a layer's ``eval_backend`` (set at
+setup from ``ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND`` by :mod:`anemo_like.runtime.inference_environment`)
+overrides it. A backend that cannot run here falls back to ``scaled_dot_product_attention`` with one log line
+saying why.
 
 - ``flash_attention``: flash-attn (v3 ``flash_attn_interface`` or v2 ``flash_attn``) on a CUDA device, fp16/bf16.
 - ``scaled_dot_product_attention``: torch SDPA over key bands, memory O(N * window) (any device, any dtype).
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable
 from typing import Literal
 
@@ -24,7 +24,6 @@ from torch import Tensor
 LOG = logging.getLogger(__name__)
 Backend = Literal["flash_attention", "scaled_dot_product_attention", "reference"]
 BACKENDS: tuple[Backend, ...] = ("flash_attention", "scaled_dot_product_attention", "reference")
-ENV_VARIABLE = "ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND"
 FlashFunction = Callable[..., Tensor | tuple[Tensor, ...]]
 _reported: set[tuple[str, str]] = set()  # (requested, reason) fallbacks already logged
 
@@ -95,16 +94,6 @@ def import_flash_attention() -> FlashFunction | None:
         except ImportError:
             return None
     return flash_attn_func
-
-
-def requested_backend(configured: Backend, *, training: bool) -> Backend:
-    """The configured backend, or in eval mode the one ``ANEMOI_INFERENCE_TRANSFORMER_ATTENTION_BACKEND`` names."""
-    value = "" if training else os.environ.get(ENV_VARIABLE, "").strip()
-    if not value:
-        return configured
-    if value not in BACKENDS:
-        raise ValueError(f"environment variable {ENV_VARIABLE}={value!r}: expected one of {', '.join(BACKENDS)}")
-    return value  # type: ignore[return-value]
 
 
 def flash_unavailable_reason(device: torch.device, dtype: torch.dtype, flash: FlashFunction | None) -> str | None:

@@ -1,0 +1,132 @@
+"""Config sections ``data`` (the dataset, its variables and splits) and ``dataloader`` (how samples are read)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from anemo_like.config.base import TIMESTEP, Strict
+
+NormalizerName = Literal["mean-std", "min-max", "none"]
+ComputedForcing = Literal["cos_julian_day", "sin_julian_day", "cos_local_time", "sin_local_time"]
+NanPolicy = Literal["error", "mask"]
+
+
+# ----------------------------------------------------------------------------------------------- data
+class VariablesConfig(Strict):
+    """Role of each dataset variable. Prognostic: input and output; forcing: input only; diagnostic: output only."""
+
+    prognostic: list[str] = Field(min_length=1)
+    forcing: list[str] = Field(default_factory=list)
+    diagnostic: list[str] = Field(default_factory=list)
+    computed_forcing: list[ComputedForcing] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _roles_are_disjoint(self) -> VariablesConfig:
+        seen: dict[str, str] = {}
+        for role in ("prognostic", "forcing", "diagnostic"):
+            for name in getattr(self, role):
+                if name in seen:
+                    raise ValueError(f"variable '{name}' is listed as both {seen[name]} and {role}")
+                seen[name] = role
+        return self
+
+
+class NormalizerConfig(Strict):
+    """Per-variable normalisation from the dataset statistics."""
+
+    default: NormalizerName = "mean-std"
+    per_variable: dict[str, NormalizerName] = Field(default_factory=dict)
+
+
+class DateWindow(Strict):
+    """Inclusive date window; ``None`` means the dataset's first (start) or last (end) date."""
+
+    start: str | None = None
+    end: str | None = None
+
+
+class SplitsConfig(Strict):
+    train: DateWindow = DateWindow()
+    val: DateWindow = DateWindow()
+
+
+class DataConfig(Strict):
+    dataset: str = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
+    val_dataset: str | None = Field(
+        None,
+        description="validate on another anemoi-datasets zarr of the same grid (another trajectory or period); "
+        "data.splits.val picks its dates, data.dataset's statistics normalise it; null: data.dataset",
+    )
+    builtin_seed: int = 0
+    variables: VariablesConfig
+    normalizer: NormalizerConfig = NormalizerConfig()
+    splits: SplitsConfig = SplitsConfig()
+    timestep: str = Field("6h", description="model time step, a multiple of the data frequency")
+    nan_policy: NanPolicy = Field(
+        "error", description="NaN/inf in a sample: error names the date and variables; mask leaves them out of the loss"
+    )
+
+    @field_validator("timestep")
+    @classmethod
+    def _timestep_format(cls, v: str) -> str:
+        if not TIMESTEP.match(v):
+            raise ValueError("expected a whole number and a unit m, h or d, e.g. '30m', '6h', '1d'")
+        return v
+
+
+# ----------------------------------------------------------------------------------------- dataloader
+class BatchSizes(Strict):
+    train: int = Field(2, ge=1, description="samples per step and model instance")
+    val: int = Field(8, ge=1)
+
+
+class Workers(Strict):
+    train: int = Field(0, ge=0, description="reader processes; 0 reads in the training process")
+    val: int = Field(0, ge=0)
+
+
+class BatchLimits(Strict):
+    train: int | None = Field(
+        None, ge=1, description="global batches per pass over the training samples (then a fresh shuffle); None: all"
+    )
+    val: int | None = Field(None, ge=1, description="validation batches scored; None: all")
+
+
+class DataloaderConfig(Strict):
+    batch_size: BatchSizes = BatchSizes()
+    num_workers: Workers = Workers()
+    prefetch_factor: int | None = Field(
+        None,
+        ge=1,
+        description="batches each worker reads ahead; needs num_workers > 0; None: 2 per worker (docs/throughput.md)",
+    )
+    pin_memory: bool = Field(True, description="page-locked host batches for faster copies to a GPU; no effect on CPU")
+    persistent_workers: bool | None = Field(
+        None,
+        description="keep worker processes between validations; needs num_workers > 0; None: on when there are workers",
+    )
+    normalize_on_device: bool = Field(
+        False, description="workers send physical values; the training device normalises them (frees worker CPU)"
+    )
+    read_group_size: int | None = Field(
+        None,
+        ge=1,
+        description="ranks of a model instance that read one sample together, each its slice of the grid, then "
+        "gather it; divides system.hardware.num_gpus_per_model; None: all of them",
+    )
+    limit_batches: BatchLimits = BatchLimits()
+
+    @model_validator(mode="after")
+    def _worker_options_need_workers(self) -> DataloaderConfig:
+        if self.num_workers.train or self.num_workers.val:
+            return self
+        for key, value in (("prefetch_factor", self.prefetch_factor), ("persistent_workers", self.persistent_workers)):
+            if value is not None and value is not False:
+                raise ValueError(
+                    f"dataloader.{key}={str(value).lower()} needs worker processes, but "
+                    "dataloader.num_workers.train and .val are both 0: raise dataloader.num_workers.train (and .val) "
+                    f"or set dataloader.{key}=null"
+                )
+        return self

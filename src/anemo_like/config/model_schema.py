@@ -1,0 +1,146 @@
+"""Config sections ``graph`` (the encoder-processor-decoder graph) and ``model`` (the network and its memory knobs).
+
+``num_chunks`` names three different counts, depending on where it is read:
+
+- ``model.encoder.num_chunks`` / ``model.decoder.num_chunks`` (mappers): destination chunks, contiguous blocks of
+  destination nodes run, and checkpointed, one after another. With ``shard_strategy: heads`` on several ranks the
+  mapper has no destination chunks and the count is instead the minimum number of edge blocks of its attention.
+- ``model.processor.num_chunks``: checkpoint segments, groups of consecutive layers recomputed together in backward.
+- In eval mode (inference) ``ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER`` replaces the mappers' destination-chunk count and
+  ``ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR`` sets the processor's edge-block minimum: each layer's edges split into
+  at least that many blocks by the ``torch`` attention backend (``ANEMOI_INFERENCE_NUM_CHUNKS`` sets both;
+  ``runtime.inference_environment`` reads them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from anemo_like.config.base import Strict, is_power_of_two
+
+
+# ---------------------------------------------------------------------------------------------- graph
+class GraphConfig(Strict):
+    mesh_resolution: int = Field(4, ge=0, le=9, description="icosahedron refinements: 10*4^r+2 hidden nodes")
+    cutoff_factor: float = Field(0.6, gt=0)
+    knn: int = Field(3, ge=1)
+    cache: bool = True
+
+
+# ---------------------------------------------------------------------------------------------- model
+ShardStrategy = Literal["edges", "heads"]
+_SHARD_STRATEGY = (
+    "with system.hardware.num_gpus_per_model > 1: edges (each rank owns a block of destination nodes and their "
+    "incoming edges) or heads (each rank attends over the whole graph for its share of the heads)"
+)
+
+
+class MapperConfig(Strict):
+    """A mapper (encoder: grid to hidden nodes, decoder: hidden to grid nodes); num_chunks: destination chunks."""
+
+    num_chunks: int | Literal["auto"] = Field(
+        4,
+        description="destination chunks: contiguous blocks of destination nodes run (and checkpointed) one after "
+        "another, a power of two; with shard_strategy heads on several ranks: the minimum number of edge blocks "
+        "instead; auto: smallest that fits system.hardware.memory_budget_gb; in eval mode "
+        "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER replaces it",
+    )
+    shard_strategy: ShardStrategy = Field("edges", description=_SHARD_STRATEGY)
+    gradient_checkpointing: bool = True
+
+    @field_validator("num_chunks")
+    @classmethod
+    def _power_of_two(cls, v: int | str) -> int | str:
+        if v != "auto" and not is_power_of_two(v):
+            raise ValueError(f"must be a power of two (1, 2, 4, ...) or 'auto', got {v}")
+        return v
+
+
+class ProcessorConfig(Strict):
+    """The processor over the hidden nodes; num_chunks: checkpoint segments of consecutive layers."""
+
+    type: Literal["graphtransformer", "transformer"] = "graphtransformer"
+    num_layers: int = Field(4, ge=1)
+    num_chunks: int | Literal["auto"] = Field(
+        2,
+        description="checkpoint segments: groups of consecutive layers recomputed together in backward (at most "
+        "num_layers; default min(2, num_layers)); auto: fit the memory budget. Not an edge split: in eval mode "
+        "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR sets the minimum number of edge blocks per layer",
+    )
+    gradient_checkpointing: bool = True
+    shard_strategy: ShardStrategy = Field(
+        "edges", description=_SHARD_STRATEGY + "; the transformer processor shards by heads only (its default)"
+    )
+    window_size: int = Field(512, ge=1, description="transformer only: half width of the sliding window (nodes)")
+    attention_implementation: Literal["flash_attention", "scaled_dot_product_attention", "reference"] = Field(
+        "scaled_dot_product_attention",
+        description="transformer only: flash_attention (flash-attn on CUDA in fp16/bf16; else falls back to "
+        "scaled_dot_product_attention with one log line), scaled_dot_product_attention, or reference",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_chunks_fit_layers(cls, data: object) -> object:
+        if isinstance(data, dict) and "num_chunks" not in data and isinstance(data.get("num_layers"), int):
+            data = {**data, "num_chunks": max(1, min(2, data["num_layers"]))}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transformer_shards_heads(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("type") == "transformer" and "shard_strategy" not in data:
+            data = {**data, "shard_strategy": "heads"}
+        return data
+
+    @model_validator(mode="after")
+    def _chunks_fit_layers(self) -> ProcessorConfig:
+        if self.num_chunks != "auto" and not 1 <= self.num_chunks <= self.num_layers:
+            raise ValueError(f"num_chunks ({self.num_chunks}) must be between 1 and num_layers ({self.num_layers})")
+        if self.type == "transformer" and self.shard_strategy != "heads":
+            raise ValueError("the transformer processor shards by heads: set shard_strategy to heads")
+        return self
+
+
+class TrainableSizes(Strict):
+    """Zero-initialised trainable features appended to node and edge inputs."""
+
+    nodes: int = Field(8, ge=0)
+    edges: int = Field(8, ge=0)
+
+
+class CompileEntry(Strict):
+    """Compile every submodule of exactly this class in place with ``torch.compile(**options)``."""
+
+    module: str = Field(description="dotted class path, e.g. anemo_like.models.block.GraphTransformerBlock")
+    options: dict[str, Any] = Field({}, description="torch.compile keyword arguments (dynamic, mode, fullgraph, ...)")
+
+
+class ModelConfig(Strict):
+    num_channels: int = Field(128, ge=1)
+    num_heads: int = Field(8, ge=1)
+    mlp_hidden_ratio: float = Field(4.0, gt=0)
+    trainable: TrainableSizes = TrainableSizes()
+    latent_skip: bool = True
+    graph_attention_backend: Literal["torch", "reference", "triton"] = Field(
+        "torch", description="torch (any device), reference (plain autograd), triton (fused kernels on CUDA)"
+    )
+    strict_backends: bool = Field(
+        False, description="an attention backend that cannot run here is an error, not a fallback with a log line"
+    )
+    encoder: MapperConfig = MapperConfig()
+    decoder: MapperConfig = MapperConfig()
+    processor: ProcessorConfig = ProcessorConfig()
+    relu_bounded: list[str] = Field([], description="output variables clamped at zero (e.g. precipitation)")
+    compile: list[CompileEntry] = Field([], description="module classes compiled with torch.compile (docs/backends.md)")
+    recompile_limit: int = Field(8, ge=1, description="torch._dynamo recompilations allowed per compiled function")
+    compile_on_error: Literal["raise", "eager"] = Field(
+        "raise", description="raise: a module that fails to compile stops the run; eager: warn and run it uncompiled"
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide_channels(self) -> ModelConfig:
+        if self.num_channels % self.num_heads:
+            raise ValueError(f"num_channels ({self.num_channels}) must be divisible by num_heads ({self.num_heads})")
+        return self

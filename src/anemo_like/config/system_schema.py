@@ -1,0 +1,85 @@
+"""Config sections ``system`` (hardware and paths) and ``diagnostics`` (logging, plots, profiling, benchmarks)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from anemo_like.config.base import Strict
+
+
+# --------------------------------------------------------------------------------------------- system
+class HardwareConfig(Strict):
+    accelerator: Literal["auto", "cpu", "cuda"] = "auto"
+    num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; None keeps torch's default")
+    memory_budget_gb: float | None = Field(
+        None, gt=0, description="memory per model instance for num_chunks: auto; None: 80 % of what the device has"
+    )
+    release_cpu_heap_mib: float | None = Field(
+        32.0, gt=0, description="on CPU, return free heap to the OS once the process grew this much; None: never"
+    )
+    collective_timeout_minutes: float = Field(
+        30.0, gt=0, description="a collective waiting longer fails (a rank died or hangs) instead of hanging"
+    )
+    num_gpus_per_model: int = Field(
+        1,
+        ge=1,
+        description="ranks (GPUs, or CPU processes) that share one model instance: a power of two dividing "
+        "model.num_heads (checked with the config) and the world size (checked at launch); the rest of the world "
+        "runs data parallel across instances",
+    )
+    bucket_cap_mb: float = Field(25.0, gt=0, description="gradient all-reduce bucket size, data parallel")
+    broadcast_buffers: bool = Field(True, description="copy rank 0's buffers with its weights at start")
+
+
+class PathsConfig(Strict):
+    output: str = Field(description="run folder for checkpoints, metrics and plots")
+    cache: str = Field(description="folder for the built-in dataset and cached graphs")
+
+
+class SystemConfig(Strict):
+    hardware: HardwareConfig = HardwareConfig()
+    paths: PathsConfig
+
+
+# ---------------------------------------------------------------------------------------- diagnostics
+class ProfileConfig(Strict):
+    """What ``anemo-profile`` runs: warm-up steps, timed steps, then steps under torch.profiler."""
+
+    warmup_steps: int = Field(2, ge=1, description="untimed steps first (first-touch costs, caches)")
+    steps: int = Field(5, ge=1, description="steps timed phase by phase, memory sampled")
+    profiled_steps: int = Field(2, ge=1, description="steps under torch.profiler: operator tables, trace, timeline")
+    loader_batches: int = Field(20, ge=1, description="batches read by the dataloader alone, for its own rate")
+    top_operators: int = Field(20, ge=1, description="rows of each operator table")
+    output: str | None = Field(None, description="report folder; default: <system.paths.output>/profile")
+    all_ranks: bool = Field(False, description="every rank writes a report (rank<N>/); default rank 0 only")
+
+
+class MemorySnapshotConfig(Strict):
+    """Record the allocator's history over a window of training steps (CUDA; CPU falls back to an RSS timeline)."""
+
+    enabled: bool = False
+    warmup: int = Field(5, ge=0, description="steps before recording starts")
+    steps: int = Field(3, ge=1, description="steps recorded")
+    max_entries: int = Field(100_000, ge=1, description="allocator events kept (CUDA)")
+
+
+class BenchConfig(Strict):
+    """What ``anemo-bench`` runs: per mode, untimed warm-up batches then timed ones."""
+
+    warmup_batches: int = Field(3, ge=0, description="untimed batches first (worker start-up, first-touch costs)")
+    batches: int = Field(20, ge=1, description="timed batches per mode")
+    modes: list[Literal["io", "synthetic", "full"]] = Field(["io", "synthetic", "full"], min_length=1)
+
+
+class DiagnosticsConfig(Strict):
+    log_every_n_steps: int = Field(
+        50, ge=1, description="training metrics are read from the device (one host sync) every this many steps"
+    )
+    progress_bar: bool = True
+    plots: bool = True
+    plot_variable: str | None = Field(None, description="variable of the forecast map; default: first prognostic")
+    profile: ProfileConfig = ProfileConfig()
+    memory_snapshot: MemorySnapshotConfig = MemorySnapshotConfig()
+    bench: BenchConfig = BenchConfig()

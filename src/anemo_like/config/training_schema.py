@@ -1,0 +1,84 @@
+"""Config section ``training``: steps, precision, rollout, validation, checkpoints and the optimiser."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from anemo_like.config.base import Strict
+
+
+class RolloutConfig(Strict):
+    """Autoregressive steps in the loss: ``start``, raised by one every ``increase_every`` steps up to ``max``."""
+
+    start: int = Field(1, ge=1)
+    max: int = Field(1, ge=1)
+    increase_every: int = Field(0, ge=0, description="0 keeps the rollout at start")
+
+    @model_validator(mode="after")
+    def _start_le_max(self) -> RolloutConfig:
+        if self.start > self.max:
+            raise ValueError(f"start ({self.start}) must be at most max ({self.max})")
+        return self
+
+
+class OptimizerConfig(Strict):
+    lr: float = Field(1e-3, gt=0)
+    lr_min: float = Field(1e-5, ge=0)
+    warmup_steps: int = Field(50, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.1, ge=0)
+    gradient_clip_norm: float | None = Field(1.0, gt=0)
+    lr_scaling: Literal["none", "linear", "sqrt"] = Field(
+        "none", description="scale lr (and lr_min) by the number of model instances (linear) or its square root"
+    )
+    fused: bool = Field(
+        True, description="fused AdamW kernels where the device supports them, else foreach (with a log line)"
+    )
+
+
+Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
+
+
+class TrainingConfig(Strict):
+    seed: int = 42
+    precision: Precision = Field(
+        "32",
+        description="32; tf32 (fp32 matmuls in TF32 on GPUs); bf16-mixed / 16-mixed (autocast, 16-mixed with a "
+        "gradient scaler); bf16 (weights, optimiser state and activations in bf16)",
+    )
+    cuda_graphs: bool = Field(False, description="capture one training step as a CUDA graph and replay it (CUDA only)")
+    cuda_graph_warmup: int = Field(20, ge=1, description="eager steps before the capture")
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads 32 as a number
+
+    multistep_input: int = Field(2, ge=1)
+    rollout: RolloutConfig = RolloutConfig()
+    val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
+    val_climatology_dates: int = Field(
+        365, ge=0, description="training dates (evenly spaced) averaged into the climatology baseline; 0: none"
+    )
+    max_steps: int = Field(1000, ge=1)
+    max_minutes: float | None = Field(None, gt=0, description="stop early when this wall-clock budget is spent")
+    val_every_n_steps: int = Field(200, ge=1)
+    checkpoint_every_n_steps: int = Field(200, ge=1)
+    checkpoint_every_minutes: float | None = Field(None, gt=0, description="also checkpoint when this much time passed")
+    checkpoint_keep_last: int = Field(3, ge=1, description="step checkpoints kept (checkpoints/step-*.pt)")
+    optimizer: OptimizerConfig = OptimizerConfig()
+    variable_loss_weights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("variable_loss_weights")
+    @classmethod
+    def _weights_usable(cls, weights: dict[str, float]) -> dict[str, float]:
+        negative = {k: v for k, v in weights.items() if v < 0}
+        if negative:
+            raise ValueError(f"weights must be >= 0, got {negative}")
+        return weights
+
+    resume: str | None = Field(
+        None, description="training checkpoint to continue from; 'auto': the run folder's latest, if any"
+    )

@@ -1,0 +1,113 @@
+"""What a finished run leaves in its folder: ``inference.pt``, ``validation.md``, plots and the summary line."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from anemo_like.checkpoints.inference import save_inference_checkpoint
+from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
+from anemo_like.models.rollout import rollout
+from anemo_like.runtime.process_memory import peak_rss_mib
+from anemo_like.training.metrics import MetricsLog
+from anemo_like.training.setup import Run
+from anemo_like.training.validation import ValidationResult
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOutputs:
+    """Where a run wrote its results, and its final validation."""
+
+    run_dir: Path
+    training_checkpoint: Path
+    inference_checkpoint: Path
+    metrics: Path
+    validation: ValidationResult
+
+
+@torch.no_grad()
+def forecast_sample(run: Run, prepare) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first validation sample's first-lead (prediction, target), (B, G, V_out) each (every rank of a sharded
+    model instance takes part). ``prepare`` makes a loader batch ready for the model."""
+    run.model.eval()
+    batch = prepare(run.data.val[0].unsqueeze(0))
+    with run.precision.autocast():
+        prediction, target = next(rollout(run.model, batch, run.spec, steps=1))
+    run.model.train()
+    return prediction.float(), target.float()
+
+
+def plot_forecast(run: Run, prediction: torch.Tensor, target: torch.Tensor) -> None:
+    """Map of the first lead's forecast and truth of ``diagnostics.plot_variable``, physical units."""
+    roles, normalizer = run.data.roles, run.data.normalizer
+    name = run.config.diagnostics.plot_variable or roles.prognostic[0]
+    v, r = roles.output.index(name), roles.read.index(name)
+    scale, offset = normalizer.scale[r], normalizer.offset[r]
+    date = run.data.val.dates(0)[run.config.training.multistep_input]
+    plot_forecast_map(
+        lat=run.data.store.latitudes,
+        lon=run.data.store.longitudes,
+        truth=target[0, :, v].cpu().numpy() * scale + offset,
+        forecast=prediction[0, :, v].cpu().numpy() * scale + offset,
+        title=f"{name} at {date}, first lead time",
+        path=run.placement.run_dir / "forecast_map.png",
+    )
+
+
+def write_plots(run: Run, result: ValidationResult, metrics: MetricsLog, sample: tuple[torch.Tensor, torch.Tensor]):
+    folder = run.placement.run_dir
+    plot_loss_curve(metrics.records, folder / "loss_curve.png")
+    plot_rmse_by_lead(
+        variables=result.variables,
+        lead_hours=result.lead_hours,
+        model=result.model_rmse,
+        persistence=result.persistence_rmse,
+        climatology=result.climatology_rmse,
+        path=folder / "rmse_by_lead.png",
+    )
+    plot_forecast(run, *sample)
+
+
+def write_run_outputs(
+    run: Run,
+    *,
+    step: int,
+    result: ValidationResult,
+    metrics: MetricsLog,
+    seconds: float,
+    sample: tuple[torch.Tensor, torch.Tensor] | None,
+    training_checkpoint: Path,
+) -> RunOutputs:
+    """Write the inference checkpoint, the validation table and the plots; log the summary (rank 0 only)."""
+    folder = run.placement.run_dir
+    inference_path = folder / "inference.pt"
+    save_inference_checkpoint(
+        inference_path, model=run.model, config=run.config, roles=run.data.roles, normalizer=run.data.normalizer,
+        graph=run.graph,
+    )  # fmt: skip
+    table = result.table()
+    (folder / "validation.md").write_text(table + "\n")
+    plots = run.config.diagnostics.plots
+    if plots:
+        write_plots(run, result, metrics, sample)
+    peak = peak_rss_mib()
+    LOG.info(
+        "trained to step %d in %.0f s, peak memory %s MiB\nvalidation (%d samples):\n%s\n%s\n"
+        "outputs in %s: inference.pt, checkpoints/last.pt, metrics.jsonl, validation.md%s",
+        step,
+        seconds,
+        "n/a" if peak is None else f"{peak:.0f}",
+        result.num_samples,
+        table,
+        "model beats persistence on every prognostic variable at the first lead time"
+        if result.beats_persistence()
+        else "model does NOT beat persistence on every prognostic variable yet",
+        folder,
+        ", loss_curve.png, rmse_by_lead.png, forecast_map.png" if plots else "",
+    )
+    return RunOutputs(folder, training_checkpoint, inference_path, metrics.path, result)

@@ -1,0 +1,207 @@
+"""Everything a training run is built from, set up in one fixed order by :func:`build_run`:
+seed → launch and process groups → data → graph → resolved config → model → parallelism → optimizer.
+
+The process group itself is opened by the command (``anemo-train``, ``anemo-bench``, ``anemo-profile``) before
+this runs and closed by it afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch_geometric.data import HeteroData
+
+from anemo_like.config.schema import ModelConfig, RunConfig
+from anemo_like.data.setup import DataSetup, setup_data
+from anemo_like.distributed.environment import (
+    LaunchEnvironment,
+    launch_environment,
+    main_rank_first,
+    rank_zero_value,
+    select_device,
+)
+from anemo_like.distributed.groups import ProcessGroups, build_process_groups
+from anemo_like.distributed.parallelize import Parallelized, parallelize
+from anemo_like.graphs import graph_fingerprint, load_or_build_graph
+from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.ops.collectives import node_shard_bounds
+from anemo_like.models.rollout import ForecastSpec
+from anemo_like.runtime.backends import check_backends
+from anemo_like.runtime.heap_release import set_heap_release
+from anemo_like.runtime.inference_environment import apply_inference_overrides, check_inference_environment
+from anemo_like.runtime.memory_plan import count_parameters, device_memory_bytes, has_auto_chunks, resolve_auto_chunks
+from anemo_like.runtime.precision import PrecisionPlan, precision_plan
+from anemo_like.training.cuda_graphs import cuda_graph_refusal
+from anemo_like.training.loss import WeightedMSE
+from anemo_like.training.optimizer import build_adamw
+from anemo_like.training.schedule import learning_rate_scale
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class Placement:
+    """Where this process runs: its launch environment, device, process groups and run folder."""
+
+    launch: LaunchEnvironment
+    device: torch.device
+    groups: ProcessGroups
+    run_dir: Path
+
+    @property
+    def is_main(self) -> bool:
+        return self.launch.rank == 0
+
+    @property
+    def validates(self) -> bool:
+        """The ranks of model instance 0 validate; rank 0 writes."""
+        return self.groups.dp_rank == 0
+
+
+@dataclass
+class Run:
+    """A built training run. ``config`` is the resolved one (``num_chunks: auto`` replaced by counts)."""
+
+    config: RunConfig
+    placement: Placement
+    data: DataSetup
+    graph: HeteroData
+    graph_hash: str
+    precision: PrecisionPlan
+    model: ForecastModel
+    parallel: Parallelized
+    optimizer: torch.optim.Optimizer
+    lr_factor: float
+    loss_fn: WeightedMSE
+    area_weight: torch.Tensor  # (G,)
+    spec: ForecastSpec  # positions as tensors on the device
+    grid_bounds: list[tuple[int, int]]  # the grid blocks each rank of a reader group reads
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def place(config: RunConfig) -> Placement:
+    """Launch environment, device, process groups and the run folder (rank 0's name on every rank)."""
+    launch = launch_environment()
+    if launch.distributed and not dist.is_initialized():
+        raise RuntimeError(
+            f"launched as rank {launch.rank} of {launch.world_size}, but no process group is open: the command "
+            "(anemo-train, anemo-bench, anemo-profile) opens it"
+        )
+    hardware = config.system.hardware
+    device = select_device(hardware.accelerator, launch.local_rank)
+    run_dir = Path(rank_zero_value(str(Path(config.system.paths.output).expanduser()), launch))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    groups = build_process_groups(
+        launch.world_size, launch.rank, hardware.num_gpus_per_model, config.dataloader.read_group_size
+    )
+    return Placement(launch, device, groups, run_dir)
+
+
+def load_data_and_graph(config: RunConfig, launch: LaunchEnvironment) -> tuple[DataSetup, HeteroData]:
+    """The dataset and its graph; rank 0 first, so it generates the built-in dataset and caches the graph."""
+    with main_rank_first(launch):
+        data = setup_data(config)
+        cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
+        graph = load_or_build_graph(
+            data.store.latitudes,
+            data.store.longitudes,
+            cache_dir=cache,
+            mesh_resolution=config.graph.mesh_resolution,
+            cutoff_factor=config.graph.cutoff_factor,
+            knn=config.graph.knn,
+            processor_edges=config.model.processor.type == "graphtransformer",
+        )
+    return data, graph
+
+
+def resolve_chunks(config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement) -> ModelConfig:
+    """The model config with ``num_chunks: auto`` replaced by counts that fit the memory budget."""
+    if not has_auto_chunks(config.model):
+        return config.model
+    budget_gb = config.system.hardware.memory_budget_gb
+    budget = int(budget_gb * 2**30) if budget_gb else device_memory_bytes(placement.device)
+    # every rank must choose the same chunks (their collectives pair up): rank 0's budget decides; the
+    # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more chunks
+    budget = int(rank_zero_value(str(budget), placement.launch))
+    multistep = config.training.multistep_input
+    return resolve_auto_chunks(
+        config.model,
+        graph=graph,
+        batch_size=config.dataloader.batch_size.train,
+        num_parameters=count_parameters(config.model, graph, data.layout, multistep),
+        budget_bytes=budget,
+    )
+
+
+def check_run_options(config: RunConfig, placement: Placement) -> PrecisionPlan:
+    """Refuse options this machine cannot run (bad ANEMOI_INFERENCE_* variables, CUDA graphs where they cannot
+    be captured, unavailable backends); returns the precision plan."""
+    check_inference_environment()
+    if config.training.cuda_graphs:
+        refusal = cuda_graph_refusal(config, placement.device, placement.launch.world_size)
+        if refusal is not None:
+            raise ValueError(f"training.cuda_graphs=true: {refusal}")
+    precision = precision_plan(config.training.precision, placement.device, cuda_graphs=config.training.cuda_graphs)
+    check_backends(config.model, placement.device, precision.autocast_dtype or precision.param_dtype)
+    return precision
+
+
+def build_model(config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement, dtype: torch.dtype):
+    """The model on the device, with ANEMOI_INFERENCE_* eval overrides (validation) and parallelism applied."""
+    if placement.device.type == "cpu":
+        set_heap_release(config.system.hardware.release_cpu_heap_mib)
+    model = ForecastModel(
+        config=config.model, graph=graph, layout=data.layout, multistep=config.training.multistep_input
+    ).to(placement.device, dtype)
+    apply_inference_overrides(model)
+    parallel = parallelize(model, placement.groups, hardware=config.system.hardware, model_config=config.model)
+    return model, parallel
+
+
+def build_run(config: RunConfig) -> Run:
+    """Set up a training run in the fixed order of this module's docstring."""
+    if config.system.hardware.num_threads:
+        torch.set_num_threads(config.system.hardware.num_threads)
+    seed_everything(config.training.seed)
+    placement = place(config)
+    data, graph = load_data_and_graph(config, placement.launch)
+    precision = check_run_options(config, placement)
+    config = config.model_copy(update={"model": resolve_chunks(config, graph=graph, data=data, placement=placement)})
+    model, parallel = build_model(config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype)
+    opt = config.training.optimizer
+    weights = [config.training.variable_loss_weights.get(n, 1.0) for n in data.roles.output]
+    area_weight = torch.as_tensor(graph["data"].area_weight, dtype=torch.float32)
+    loss_fn = WeightedMSE(area_weight=area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32))
+    spec = ForecastSpec(
+        multistep=config.training.multistep_input,
+        input_positions=data.input_positions,
+        output_positions=data.output_positions,
+        num_prognostic=len(data.roles.prognostic),
+    )
+    return Run(
+        config=config,
+        placement=placement,
+        data=data,
+        graph=graph,
+        graph_hash=graph_fingerprint(graph),
+        precision=precision,
+        model=model,
+        parallel=parallel,
+        optimizer=build_adamw(model.parameters(), opt, capturable=config.training.cuda_graphs),
+        lr_factor=learning_rate_scale(opt.lr_scaling, placement.groups.dp_size),
+        loss_fn=loss_fn.to(placement.device),
+        area_weight=area_weight,
+        spec=spec.on(placement.device),
+        grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),
+    )

@@ -1,0 +1,100 @@
+"""The package layers: each package imports only the packages below it (read from the source with ``ast``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
+BASE = {"atomic_io", "partition"}  # single modules every layer may use
+# package -> the packages it may import; docs/architecture.md describes each layer
+ALLOWED: dict[str, set[str]] = {
+    "atomic_io": set(),
+    "partition": set(),
+    "config": BASE,
+    "graphs": {"config"} | BASE,
+    "data": {"config"} | BASE,
+    "models": {"config", "graphs", "data"} | BASE,
+    "runtime": {"config", "graphs", "data", "models"} | BASE,
+    "checkpoints": {"config", "graphs", "data", "models", "runtime"} | BASE,
+    "diagnostics": {"config", "graphs", "data", "models", "runtime"} | BASE,
+    "distributed": {"config", "graphs", "data", "models", "runtime"} | BASE,
+}
+ALLOWED["training"] = {*ALLOWED, "checkpoints", "diagnostics", "distributed"} - {"training"}
+ALLOWED["inference"] = set(ALLOWED["training"]) | {"training"}
+ALLOWED["profiling"] = set(ALLOWED["training"]) | {"training"}
+ALLOWED["cli"] = {*ALLOWED} - {"cli"}
+
+
+def imported_packages(path: Path) -> list[tuple[int, str, str]]:
+    """(line, anemo_like package, full module) of every anemo_like import in ``path``, lazy imports included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "anemo_like":
+            modules = [node.module] if "." in node.module else [f"anemo_like.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names if a.name.startswith("anemo_like.")]
+        else:
+            continue
+        found += [(node.lineno, module.split(".")[1], module) for module in modules]
+    return found
+
+
+def package_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def test_every_package_has_a_row_and_the_table_has_no_cycle() -> None:
+    packages = {package_of(p) for p in PACKAGE.rglob("*.py")} - {"__init__"}
+    assert packages == set(ALLOWED), f"add or remove rows: {packages ^ set(ALLOWED)}"
+    done: set[str] = set()
+
+    def visit(package: str, path: tuple[str, ...]) -> None:
+        assert package not in path, f"cycle: {' -> '.join((*path, package))}"
+        if package not in done:
+            for below in ALLOWED[package]:
+                visit(below, (*path, package))
+            done.add(package)
+
+    for package in ALLOWED:
+        visit(package, ())
+
+
+def test_packages_import_only_packages_below_them() -> None:
+    upward = [
+        f"{path.relative_to(PACKAGE)}:{line} ({package_of(path)}) imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if package_of(path) != "__init__"
+        for line, target, module in imported_packages(path)
+        if target not in (package_of(path), "__version__") and target not in ALLOWED[package_of(path)]
+    ]
+    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def test_the_kernels_do_not_import_the_network() -> None:
+    ops = PACKAGE / "models" / "ops"
+    upward = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+        for path in sorted(ops.rglob("*.py"))
+        for line, target, module in imported_packages(path)
+        if target == "models" and not module.startswith("anemo_like.models.ops")
+    ]
+    assert not upward, "\n".join(upward)
+
+
+KERNELS = {PACKAGE / "models" / "ops" / "triton_graph_attention.py"}  # Triton kernels: long by nature
+
+
+def test_files_and_functions_stay_small() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        if source.count("\n") > 400:
+            too_long.append(f"{path.relative_to(PACKAGE)}: {source.count(chr(10))} lines (at most 400)")
+        if path in KERNELS:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                lines = node.end_lineno - node.lineno + 1
+                too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {lines} lines (at most 60)")
+    assert not too_long, "\n".join(too_long)
