@@ -23,13 +23,6 @@ def barrier() -> None:
         dist.barrier()
 
 
-def release_process_group() -> None:
-    """Leave the process group at the end of a run (nothing to do for a single process)."""
-    if world_size() > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-
-
 def broadcast_parameters(model: nn.Module, *, buffers: bool = True) -> None:
     """Copy rank 0's parameters (and buffers) to every rank."""
     if world_size() == 1:
