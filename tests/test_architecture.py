@@ -6,10 +6,11 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
-BASE = {"atomic_io", "partition"}  # single modules every layer may use
+BASE = {"atomic_io", "interrupts", "partition"}  # single modules every layer may use
 # package -> the packages it may import; docs/architecture.md describes each layer
 ALLOWED: dict[str, set[str]] = {
-    "atomic_io": set(),
+    "atomic_io": {"interrupts"},
+    "interrupts": set(),
     "partition": set(),
     "config": BASE,
     "graphs": {"config"} | BASE,

@@ -633,13 +633,18 @@ def test_cli_shows_one_message_and_no_traceback(tmp_path, dataset, gappy_dataset
             f"anemo-train failed: NonFiniteDataError: {gappy_dataset}: NaN or inf values at ",
         ),
     }
+    assert_cli_cases(tmp_path, cases)
+
+
+def assert_cli_cases(tmp_path: Path, cases: dict[str, tuple[list[str], int, str]], timeout: float = 180) -> None:
+    """Run every case (name -> (arguments, exit status, expected text)) at once; each exits with its status and
+    prints its text, without a traceback."""
     started = {name: run_cli(tmp_path / name.replace(" ", "-"), *args) for name, (args, _, _) in cases.items()}
     for name, process in started.items():
-        output, _ = process.communicate(timeout=120)
+        output, _ = process.communicate(timeout=timeout)
         _, code, expected = cases[name]
         assert process.returncode == code, f"{name}:\n{output}"
-        assert expected in output, f"{name}:\n{output}"
-        assert "Traceback" not in output, f"{name}:\n{output}"
+        assert expected in output and "Traceback" not in output, f"{name}:\n{output}"
 
 
 def test_cli_debug_shows_the_traceback(tmp_path) -> None:

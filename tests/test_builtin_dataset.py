@@ -1,10 +1,9 @@
-"""The built-in synthetic dataset: format, determinism, size and time limits, and learnable dynamics."""
+"""The built-in synthetic dataset: format, determinism, size, and learnable dynamics."""
 
 from __future__ import annotations
 
 import datetime
 import importlib.util
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +25,14 @@ def load_baselines():
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory) -> tuple[Path, float]:
+def generated(tmp_path_factory) -> Path:
     cache = tmp_path_factory.mktemp("builtin-cache")
-    start = time.perf_counter()
-    path = ensure_builtin_dataset(cache, seed=0)
-    return path, time.perf_counter() - start
+    return ensure_builtin_dataset(cache, seed=0)
 
 
 @pytest.fixture(scope="module")
 def store(generated) -> AnemoiZarr:
-    return open_anemoi_zarr(generated[0])
+    return open_anemoi_zarr(generated)
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +41,17 @@ def prognostic(store) -> np.ndarray:
     return store.read(slice(None), store.variable_indices(PROGNOSTIC)).astype(np.float64)
 
 
-def test_generation_is_fast_and_small(generated) -> None:
-    path, seconds = generated
+def test_generation_is_small(generated) -> None:
+    path = generated
     assert path.name == f"{BUILTIN_NAME}-seed0.zarr"
     size_mb = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
-    assert seconds < 30, f"generation took {seconds:.1f} s"
     assert 5 < size_mb < 50, f"store is {size_mb:.1f} MB"
 
 
 def test_existing_dataset_is_reused(generated) -> None:
-    path, _ = generated
+    path = generated
     before = (path / "data" / ".zarray").stat().st_mtime_ns
-    start = time.perf_counter()
     assert ensure_builtin_dataset(path.parent, seed=0) == path
-    assert time.perf_counter() - start < 1
     assert (path / "data" / ".zarray").stat().st_mtime_ns == before
 
 

@@ -17,6 +17,7 @@ from torch_geometric.data import HeteroData
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.checkpoints.finite import check_finite_weights
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableLayout, VariableRoles
@@ -77,6 +78,7 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     state: dict[str, Any] = load_weights_only(path, what="inference checkpoint")
     if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
         raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
+    check_finite_weights(state["state_dict"], path, what="inference checkpoint")
     config = RunConfig.model_validate_json(state["config"])
     config = config.model_copy(update={"model": with_graph_backend_from_environment(config.model)})
     graph = graph_from_tensors(state["graph"])

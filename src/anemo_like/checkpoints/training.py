@@ -19,6 +19,7 @@ import torch
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
+from anemo_like.checkpoints.finite import check_finite_weights
 from anemo_like.graphs.serialization import load_weights_only
 
 LOG = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ def save_training_checkpoint(
     config_json: str,
     graph_hash: str,
     keep_last: int,
+    run_id: str,
 ) -> Path:
     """Write ``folder/step-<step>.pt`` atomically, make ``folder/last.pt`` point at it (atomic hard link, or an
-    atomic copy where the file system has none), and delete all but the newest ``keep_last`` step files.
+    atomic copy where the file system has none), and delete all but the newest ``keep_last`` step files of the run
+    ``run_id`` (files of other runs are never deleted).
 
-    The checkpoint carries its version metadata: format, package version, config hash and graph hash."""
+    The checkpoint carries its version metadata: format, package version, config hash, graph hash and run id."""
     path = folder / step_checkpoint_name(step)
     atomic_torch_save(
         {
@@ -75,6 +78,7 @@ def save_training_checkpoint(
             "version": anemo_like.__version__,
             "config_hash": config_hash(json.loads(config_json)),
             "graph_hash": graph_hash,
+            "run_id": run_id,
             "step": step,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -84,9 +88,19 @@ def save_training_checkpoint(
         path,
     )
     _point_latest_at(path)
-    for old in sorted(folder.glob("step-*.pt"))[:-keep_last]:
+    for old in [p for p in sorted(folder.glob("step-*.pt")) if checkpoint_run_id(p) == run_id][:-keep_last]:
         old.unlink(missing_ok=True)
     return path
+
+
+def checkpoint_run_id(path: Path) -> str | None:
+    """The run id stored in a training checkpoint (its tensors are memory-mapped, not read); None when the file
+    is not a readable checkpoint or predates run ids."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # not ours to judge here: a file we cannot read is never deleted
+        return None
+    return state.get("run_id") if isinstance(state, dict) else None
 
 
 def _point_latest_at(path: Path) -> None:
@@ -130,6 +144,7 @@ def load_training_checkpoint(path: Path) -> dict[str, Any]:
     state = load_weights_only(path, what="training checkpoint (training.resume)")
     if not isinstance(state, dict) or state.get("format") != TRAINING_FORMAT:
         raise ValueError(f"{path} is not an anemo_like training checkpoint (expected format {TRAINING_FORMAT})")
+    check_finite_weights(state.get("model", {}), path, what="training checkpoint (training.resume)")
     return state
 
 

@@ -10,9 +10,10 @@ TIMESTEP = re.compile(r"^\d+[mhd]$")  # a duration: whole number and unit m, h o
 
 
 class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, values are type-checked."""
+    """Base for every config section: unknown keys are errors, values are type-checked, and a float must be finite
+    (``inf`` and ``nan`` are refused: ``lr=inf`` would otherwise train to NaN and save as ``lr: null``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def is_power_of_two(n: int) -> bool:

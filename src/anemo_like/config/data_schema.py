@@ -50,6 +50,11 @@ class DateWindow(Strict):
 class SplitsConfig(Strict):
     train: DateWindow = DateWindow()
     val: DateWindow = DateWindow()
+    allow_overlap: bool = Field(
+        False,
+        description="let the train and val windows share dates of one dataset (validation then scores dates the model "
+        "trained on); false: overlapping windows are refused at set-up. Ignored with a data.val_dataset of its own",
+    )
 
 
 class DataConfig(Strict):

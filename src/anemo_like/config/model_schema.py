@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -120,7 +121,9 @@ class CompileEntry(Strict):
 class ModelConfig(Strict):
     num_channels: int = Field(128, ge=1)
     num_heads: int = Field(8, ge=1)
-    mlp_hidden_ratio: float = Field(4.0, gt=0)
+    mlp_hidden_ratio: float = Field(
+        4.0, gt=0, description="MLP hidden width over num_channels (rounded; at least 1 unit: ratio >= 0.5 / channels)"
+    )
     trainable: TrainableSizes = TrainableSizes()
     latent_skip: bool = True
     graph_attention_backend: Literal["torch", "reference", "triton"] = Field(
@@ -143,4 +146,18 @@ class ModelConfig(Strict):
     def _heads_divide_channels(self) -> ModelConfig:
         if self.num_channels % self.num_heads:
             raise ValueError(f"num_channels ({self.num_channels}) must be divisible by num_heads ({self.num_heads})")
+        return self
+
+    @model_validator(mode="after")
+    def _mlp_hidden_layer_not_empty(self) -> ModelConfig:
+        """Every other width is at least 1 by the field bounds (head width: num_channels / num_heads; edge and node
+        features: fixed attributes plus trainable ones); the MLP hidden width is rounded from a float."""
+        channels, ratio = self.num_channels, self.mlp_hidden_ratio
+        hidden = int(channels * ratio + 0.5)  # as models/block.py and models/sliding_window.py size it
+        if hidden < 1:
+            smallest = math.ceil(5e5 / channels) / 1e6  # 0.5 / num_channels, rounded up to 6 decimals
+            raise ValueError(
+                f"mlp_hidden_ratio ({ratio}) leaves the MLP hidden layer empty: int(num_channels ({channels}) * "
+                f"{ratio} + 0.5) = {hidden} units; raise mlp_hidden_ratio to at least {smallest:g}"
+            )
         return self

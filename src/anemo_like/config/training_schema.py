@@ -25,9 +25,9 @@ class RolloutConfig(Strict):
 
 class OptimizerConfig(Strict):
     lr: float = Field(1e-3, gt=0)
-    lr_min: float = Field(1e-5, ge=0)
+    lr_min: float = Field(1e-5, ge=0, description="learning rate the cosine decay ends at, at most lr")
     warmup_steps: int = Field(50, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW's decay rates of the moments, each in [0, 1)")
     weight_decay: float = Field(0.1, ge=0)
     gradient_clip_norm: float | None = Field(1.0, gt=0)
     lr_scaling: Literal["none", "linear", "sqrt"] = Field(
@@ -36,6 +36,25 @@ class OptimizerConfig(Strict):
     fused: bool = Field(
         True, description="fused AdamW kernels where the device supports them, else foreach (with a log line)"
     )
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_below_one(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        """Adam's decay rates: 1 would never forget (the moments stop moving), a negative one oscillates."""
+        for i, beta in enumerate(betas, start=1):
+            if not 0 <= beta < 1:
+                raise ValueError(
+                    f"Adam's betas must each be at least 0 and below 1, got beta{i} = {beta}; e.g. [0.9, 0.95]"
+                )
+        return betas
+
+    @model_validator(mode="after")
+    def _lr_min_le_lr(self) -> OptimizerConfig:
+        if self.lr_min > self.lr:
+            raise ValueError(
+                f"lr_min ({self.lr_min}) must be at most lr ({self.lr}): the schedule decays lr down to lr_min"
+            )
+        return self
 
 
 Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
@@ -68,6 +87,11 @@ class TrainingConfig(Strict):
     checkpoint_every_n_steps: int = Field(200, ge=1)
     checkpoint_every_minutes: float | None = Field(None, gt=0, description="also checkpoint when this much time passed")
     checkpoint_keep_last: int = Field(3, ge=1, description="step checkpoints kept (checkpoints/step-*.pt)")
+    max_nonfinite_steps: int = Field(
+        3,
+        ge=1,
+        description="consecutive steps with a non-finite loss or gradient norm (each skipped) that stop training",
+    )
     optimizer: OptimizerConfig = OptimizerConfig()
     variable_loss_weights: dict[str, float] = Field(default_factory=dict)
 

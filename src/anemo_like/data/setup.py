@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
 from anemo_like.config.schema import DataloaderConfig, RunConfig
@@ -288,6 +289,45 @@ def _split_windows(
     return dataset
 
 
+def _check_splits_disjoint(config: RunConfig, train: WindowDataset, val: WindowDataset) -> None:
+    """Refuse train and val windows that share dates of one dataset (unless ``data.splits.allow_overlap``); a
+    ``data.val_dataset`` of its own is another trajectory, whose dates may be the training ones."""
+    same_dataset = train.store is val.store or train.store.path.resolve() == val.store.path.resolve()
+    first, stop = max(train.date_start, val.date_start), min(train.date_stop, val.date_stop)
+    if config.data.splits.allow_overlap or not same_dataset or first >= stop:
+        return
+    splits, dates = config.data.splits, train.store.dates
+    raise ValueError(
+        f"data.splits.train ({splits.train.start} .. {splits.train.end}) and data.splits.val ({splits.val.start} .. "
+        f"{splits.val.end}) of {train.store.path} share {stop - first} date(s), {dates[first]} .. {dates[stop - 1]}: "
+        "validation would score dates the model trained on; make the windows disjoint or set "
+        "data.splits.allow_overlap=true"
+    )
+
+
+def _instances_of_open_group(config: RunConfig) -> int:
+    """Data-parallel model instances: the open process group's ranks over ``num_gpus_per_model`` (1 without one)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return max(1, dist.get_world_size() // config.system.hardware.num_gpus_per_model)
+
+
+def _check_train_batch(config: RunConfig, train: WindowDataset, instances: int) -> None:
+    """Refuse a global training batch (``batch_size.train`` x ``instances``) above the split's samples: the endless
+    sampler would fill it by repeating samples, so memory grows with the batch size, not with the data."""
+    batch, samples = config.dataloader.batch_size.train, len(train)
+    if batch * instances <= samples:
+        return
+    window, most = config.data.splits.train, samples // instances
+    each = f" on each of {instances} data-parallel model instances ({batch * instances} a step)"
+    fix = f"lower dataloader.batch_size.train to at most {most}" if most else "run fewer data-parallel model instances"
+    raise ValueError(
+        f"dataloader.batch_size.train={batch}{each if instances > 1 else ''} is more than the {samples} samples of "
+        f"data.splits.train ({window.start} .. {window.end}) of {train.store.path}: a batch would repeat samples; "
+        f"{fix} or widen the split"
+    )
+
+
 def _climatology_baseline(
     config: RunConfig, store: AnemoiZarr, roles: VariableRoles, normalizer: Normalizer
 ) -> np.ndarray | None:
@@ -305,8 +345,9 @@ def _climatology_baseline(
     return climatology
 
 
-def setup_data(config: RunConfig) -> DataSetup:
-    """Open the dataset(s), check the config against them and build the train/val windows."""
+def setup_data(config: RunConfig, *, data_parallel_size: int | None = None) -> DataSetup:
+    """Open the dataset(s), check the config against them and build the train/val windows. ``data_parallel_size``:
+    the model instances sharing each global training batch (None: from the open process group, else 1)."""
     store = open_anemoi_zarr(resolve_dataset_path(config))
     val_store = open_val_store(config, store)
     roles = VariableRoles.from_config(config.data.variables)
@@ -316,6 +357,8 @@ def setup_data(config: RunConfig) -> DataSetup:
     shared = {"stride": stride, "roles": roles, "normalizer": normalizer}
     train = _split_windows(config, store, "train", rollout=config.training.rollout.max, **shared)
     val = _split_windows(config, val_store, "val", rollout=config.training.val_rollout, **shared)
+    _check_splits_disjoint(config, train, val)
+    _check_train_batch(config, train, data_parallel_size or _instances_of_open_group(config))
     LOG.info(
         "data %s: %d grid points, train %d samples, val %d samples%s, inputs %s, outputs %s",
         store.path,

@@ -12,21 +12,12 @@ from torch.utils.data import Dataset
 from anemo_like.config.schema import NanPolicy
 from anemo_like.data.forcings import computed_forcings
 from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.zarr_errors import DatasetError
 from anemo_like.data.zarr_store import AnemoiZarr
 
 
-class NonFiniteDataError(ValueError):
-    """A sample holds NaN or inf values and ``data.nan_policy`` is ``error``.
-
-    torch's DataLoader re-raises an error from a worker process as the same type, with the worker's traceback
-    prepended to the message; that prefix is dropped so the user sees the message alone.
-    """
-
-    def __init__(self, message: str) -> None:
-        marker = f"{type(self).__name__}: "
-        if message.startswith("Caught ") and marker in message:
-            message = message.rsplit(marker, 1)[1].strip()
-        super().__init__(message)
+class NonFiniteDataError(DatasetError):
+    """A sample holds NaN or inf values and ``data.nan_policy`` is ``error``."""
 
 
 class WindowDataset(Dataset):
@@ -61,6 +52,7 @@ class WindowDataset(Dataset):
     ) -> None:
         self.store = store
         self.date_start = date_start
+        self.date_stop = date_stop  # dates [date_start, date_stop) of the split
         self.stride = stride
         self.num_states = num_states
         self.read_index = store.variable_indices(read_names)

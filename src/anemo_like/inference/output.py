@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -14,10 +15,15 @@ import numpy as np
 import xarray as xr
 
 import anemo_like
+from anemo_like.atomic_io import disk_full
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.inputs import ForecastInputs, variable_metadata
+from anemo_like.interrupts import deferred
+
+LOG = logging.getLogger(__name__)
 
 FORECAST_TITLE = "anemo_like forecast"  # the global attribute that marks a forecast this package may replace
+TEMPORARY_PREFIX = ".{name}.tmp-"  # the sibling a forecast is written to before it is renamed into place
 
 
 def netcdf_engine() -> str:
@@ -82,6 +88,7 @@ def check_output(path: Path) -> None:
     attributes); the input dataset, any other store, file or folder is refused, as is a path inside a zarr store.
     """
     check_writable(path, key="output")
+    _remove_stale_temporaries(path)
     for parent in path.parents:
         if parent.is_dir() and _zarr_attributes(parent) is not None:
             raise ValueError(
@@ -138,16 +145,21 @@ def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoin
 
 
 def write_forecast(dataset: xr.Dataset, path: Path) -> None:
-    """Write via a temporary sibling then rename: ``path`` holds the old forecast or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    """Write via a temporary sibling then rename: ``path`` holds the old forecast or the whole new one. A stop
+    signal abandons the temporary copy, or, once the swap has begun, lets it finish."""
+    tmp = path.with_name(f"{TEMPORARY_PREFIX.format(name=path.name)}{uuid.uuid4().hex[:8]}")
     try:
-        if path.suffix == ".nc":
-            dataset.to_netcdf(tmp, engine=netcdf_engine())
-        else:
-            dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
-        if path.is_dir():
-            shutil.rmtree(path)  # an earlier zarr forecast: os.replace cannot overwrite a folder
-        os.replace(tmp, path)
+        try:
+            if path.suffix == ".nc":
+                dataset.to_netcdf(tmp, engine=netcdf_engine())
+            else:
+                dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
+        except OSError as error:
+            raise disk_full(error, path, setting="output") from None
+        with deferred():
+            if path.is_dir():
+                shutil.rmtree(path)  # an earlier zarr forecast: os.replace cannot overwrite a folder
+            os.replace(tmp, path)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp)
@@ -157,3 +169,31 @@ def write_forecast(dataset: xr.Dataset, path: Path) -> None:
 def open_forecast(path: Path) -> xr.Dataset:
     """Open a forecast written by :func:`write_forecast` (lazily)."""
     return xr.open_dataset(path, engine="zarr" if path.suffix == ".zarr" else None)
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporary copies of ``path`` that a killed anemo-infer left beside it."""
+    for stale in path.parent.glob(f"{TEMPORARY_PREFIX.format(name=path.name)}*"):
+        shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink(missing_ok=True)
+        LOG.info("removed %s, left by a killed anemo-infer", stale)
+
+
+def check_finite_forecasts(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path) -> None:
+    """Raise :class:`NonFiniteForecast` naming the first initial date, lead and variables where ``forecasts``
+    (N, L, G, V_out) hold NaN or inf."""
+    bad = ~np.isfinite(forecasts)
+    if not bad.any():
+        return
+    n, lead = (int(i) for i in np.argwhere(bad.any(axis=(2, 3)))[0])
+    names = [name for v, name in enumerate(inputs.roles.output) if bad[n, lead, :, v].any()]
+    points = int(bad[n, lead].any(axis=1).sum())
+    raise NonFiniteForecast(
+        f"the forecast from {inputs.init_dates[n]} holds NaN or inf from lead step {lead + 1} "
+        f"(+{format_frequency(inputs.step * (lead + 1))}) on, first in {', '.join(names)} ({points} of "
+        f"{bad.shape[2]} points); the model of {checkpoint} does not give finite values from these inputs "
+        "(a diverged training run, or inputs unlike its training data): no forecast was written"
+    )
+
+
+class NonFiniteForecast(RuntimeError):
+    """The model's forecast holds NaN or inf."""

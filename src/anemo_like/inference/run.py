@@ -14,9 +14,16 @@ from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import select_device
 from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
-from anemo_like.inference.output import check_output, check_writable, forecast_dataset, write_forecast
+from anemo_like.inference.output import (
+    check_finite_forecasts,
+    check_output,
+    check_writable,
+    forecast_dataset,
+    write_forecast,
+)
 from anemo_like.inference.scores import Verification
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
+from anemo_like.interrupts import phase
 from anemo_like.runtime.backends import check_backends
 from anemo_like.runtime.heap_release import set_heap_release
 from anemo_like.runtime.inference_environment import check_inference_environment
@@ -113,15 +120,18 @@ def prepare(config: InferenceConfig) -> PreparedRun:
 def run(prepared: PreparedRun) -> InferenceOutputs:
     """Forecast, write the forecast file, log the summary line, then verify if asked."""
     config, inputs = prepared.config, prepared.inputs
-    forecasts, stats = run_forecasts(
-        prepared.bundle.model,
-        inputs,
-        device=prepared.device,
-        dtype=DTYPES[config.precision],
-        batch_size=config.batch_size,
-    )
+    with phase("the forecasts"):
+        forecasts, stats = run_forecasts(
+            prepared.bundle.model,
+            inputs,
+            device=prepared.device,
+            dtype=DTYPES[config.precision],
+            batch_size=config.batch_size,
+        )
+    check_finite_forecasts(forecasts, inputs, checkpoint=prepared.checkpoint)
     dataset = forecast_dataset(forecasts, inputs, checkpoint=prepared.checkpoint, precision=config.precision)
-    write_forecast(dataset, prepared.output)
+    with phase(f"the write of {prepared.output}"):
+        write_forecast(dataset, prepared.output)
     LOG.info(
         "anemo-infer: %d forecast(s) x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
         "(forecasts: +%s above the loaded model); wrote %s",
@@ -135,6 +145,12 @@ def run(prepared: PreparedRun) -> InferenceOutputs:
     )
     if not config.verify:
         return InferenceOutputs(forecast=prepared.output, verification=None, verification_output=None)
+    with phase("verification", saved=lambda: f"the forecast {prepared.output} is written"):
+        return _verify(prepared)
+
+
+def _verify(prepared: PreparedRun) -> InferenceOutputs:
+    config, inputs = prepared.config, prepared.inputs
     run_config, roles = prepared.bundle.config, inputs.roles
     result = verify_forecast(
         VerificationRequest(

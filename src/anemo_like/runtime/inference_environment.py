@@ -38,21 +38,28 @@ class InferenceOverrides:
     processor_chunks: int | None = None
     transformer_backend: Backend | None = None
     graph_backend: str | None = None
+    mapper_chunks_variable: str = f"{CHUNKS_VARIABLE}_MAPPER"  # the variable that set mapper_chunks
+    processor_chunks_variable: str = f"{CHUNKS_VARIABLE}_PROCESSOR"
 
 
 def _variable(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def inference_num_chunks(component: Literal["MAPPER", "PROCESSOR"]) -> int | None:
-    """Chunk count requested for ``component``, or None when no variable is set."""
+def _chunks_setting(component: Literal["MAPPER", "PROCESSOR"]) -> tuple[str, int | None]:
+    """(variable that sets ``component``'s chunk count, the count or None when no variable is set)."""
     for name in (f"{CHUNKS_VARIABLE}_{component}", CHUNKS_VARIABLE):
         value = _variable(name)
         if value:
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"environment variable {name}={value!r}: expected a positive integer")
-            return int(value)
-    return None
+            return name, int(value)
+    return f"{CHUNKS_VARIABLE}_{component}", None
+
+
+def inference_num_chunks(component: Literal["MAPPER", "PROCESSOR"]) -> int | None:
+    """Chunk count requested for ``component``, or None when no variable is set."""
+    return _chunks_setting(component)[1]
 
 
 def _choice(name: str, allowed: tuple[str, ...]) -> str | None:
@@ -65,11 +72,15 @@ def _choice(name: str, allowed: tuple[str, ...]) -> str | None:
 def read_inference_environment() -> InferenceOverrides:
     """The overrides the environment sets now; ValueError naming the variable for a bad value."""
     graph_backends = get_args(ModelConfig.model_fields["graph_attention_backend"].annotation)
+    mapper_variable, mapper_chunks = _chunks_setting("MAPPER")
+    processor_variable, processor_chunks = _chunks_setting("PROCESSOR")
     return InferenceOverrides(
-        mapper_chunks=inference_num_chunks("MAPPER"),
-        processor_chunks=inference_num_chunks("PROCESSOR"),
+        mapper_chunks=mapper_chunks,
+        processor_chunks=processor_chunks,
         transformer_backend=_choice(TRANSFORMER_BACKEND_VARIABLE, BACKENDS),  # type: ignore[arg-type]
         graph_backend=_choice(GRAPH_BACKEND_VARIABLE, graph_backends),
+        mapper_chunks_variable=mapper_variable,
+        processor_chunks_variable=processor_variable,
     )
 
 
@@ -93,10 +104,29 @@ def with_graph_backend_from_environment(model: ModelConfig) -> ModelConfig:
     return model.model_copy(update={"graph_attention_backend": value})
 
 
+def _check_chunks_fit(model: nn.Module, overrides: InferenceOverrides) -> None:
+    """Refuse an eval-mode chunk count above the destination nodes a mapper or graph processor splits."""
+    for name, module in model.named_modules():
+        if isinstance(module, GraphTransformerMapper):
+            count, nodes, variable = overrides.mapper_chunks, module.num_dst, overrides.mapper_chunks_variable
+            what = "chunks than the {} destination nodes of the {}"
+        elif isinstance(module, GraphTransformerProcessor):
+            count, nodes, variable = overrides.processor_chunks, module.num_nodes, overrides.processor_chunks_variable
+            what = "edge blocks than the {} nodes of the {}"
+        else:
+            continue
+        if count is not None and count > nodes:
+            raise ValueError(
+                f"environment variable {variable}='{count}': more {what.format(nodes, name or 'model')}; set at most "
+                f"{nodes} or unset it"
+            )
+
+
 def apply_inference_overrides(model: nn.Module, overrides: InferenceOverrides | None = None) -> nn.Module:
     """Set the eval-mode chunking and window-attention backend of ``model``'s modules from ``overrides`` (default:
     the environment now); returns ``model``."""
     overrides = overrides or read_inference_environment()
+    _check_chunks_fit(model, overrides)
     for module in model.modules():
         if isinstance(module, GraphTransformerMapper):
             module.eval_num_chunks = overrides.mapper_chunks

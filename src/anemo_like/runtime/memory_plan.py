@@ -153,6 +153,18 @@ def resolve_auto_chunks(
     return config.model_copy(update=updates)
 
 
+def check_chunks_fit_graph(config: ModelConfig, graph: HeteroData) -> None:
+    """Refuse a mapper ``num_chunks`` (resolved) above the destination nodes it splits: a chunk would hold none."""
+    mappers = (("encoder", "hidden", "hidden (mesh) nodes"), ("decoder", "data", "data nodes (grid points)"))
+    for name, nodes, what in mappers:
+        chunks, count = getattr(config, name).num_chunks, graph[nodes].num_nodes
+        if chunks != "auto" and chunks > count:
+            raise ValueError(
+                f"model.{name}.num_chunks={chunks} is more than the {count} {what} the {name} maps to, so a chunk "
+                f"would hold no node; set model.{name}.num_chunks to at most {1 << (count.bit_length() - 1)} or auto"
+            )
+
+
 def count_parameters(config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int) -> int:
     """Parameters of the model ``config`` describes, counted on the meta device (no memory, any chunking)."""
     fixed = {name: getattr(config, name).model_copy(update={"num_chunks": 1}) for name in _COMPONENTS}

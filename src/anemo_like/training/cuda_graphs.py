@@ -28,6 +28,11 @@ def cuda_graph_refusal(config: RunConfig, device: torch.device, world_size: int)
         )
     if training.precision == "16-mixed":
         return "the 16-mixed gradient scaler skips steps by a host-side check; use training.precision=bf16-mixed"
+    if not training.optimizer.fused:
+        return (
+            "training.optimizer.fused=false: the captured step skips non-finite updates inside fused AdamW; "
+            "set training.optimizer.fused=true"
+        )
     if world_size > 1:
         return "it runs with a single process only for now; launch one process or set training.cuda_graphs=false"
     if config.model.compile:

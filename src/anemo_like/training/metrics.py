@@ -1,10 +1,14 @@
-"""The run's ``metrics.jsonl``: one JSON record per logged step and per validation."""
+"""The run's ``metrics.jsonl`` (one JSON record per logged step and per validation) and the training losses
+summed between two log lines."""
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 LOG = logging.getLogger(__name__)
 
@@ -39,3 +43,22 @@ class MetricsLog:
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+@dataclass
+class LossWindow:
+    """Training losses summed on the device since the last log line."""
+
+    device: torch.device
+    total: torch.Tensor = field(init=False)
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.total += loss
+        self.count += 1
+
+    def reset(self) -> None:
+        self.total, self.count = torch.zeros((), device=self.device), 0

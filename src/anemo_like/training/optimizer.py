@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from anemo_like.config.schema import OptimizerConfig
 
@@ -38,3 +38,16 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, value: float) -> None:
             group["lr"].fill_(value)
         else:
             group["lr"] = value
+
+
+def step_unless(optimizer: torch.optim.Optimizer, skip: Tensor) -> None:
+    """``optimizer.step()`` unless ``skip`` (a 0-dim bool tensor) is set. Fused AdamW decides on the device (no
+    host-device sync, and a CUDA graph can capture it); the foreach fallback reads ``skip`` on the host."""
+    if optimizer.defaults.get("fused"):
+        optimizer.found_inf = skip.to(torch.float32)  # the fused kernel leaves weights and state untouched if set
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif not bool(skip):
+        optimizer.step()

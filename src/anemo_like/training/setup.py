@@ -35,11 +35,18 @@ from anemo_like.models.rollout import ForecastSpec
 from anemo_like.runtime.backends import check_backends
 from anemo_like.runtime.heap_release import set_heap_release
 from anemo_like.runtime.inference_environment import apply_inference_overrides, check_inference_environment
-from anemo_like.runtime.memory_plan import count_parameters, device_memory_bytes, has_auto_chunks, resolve_auto_chunks
+from anemo_like.runtime.memory_plan import (
+    check_chunks_fit_graph,
+    count_parameters,
+    device_memory_bytes,
+    has_auto_chunks,
+    resolve_auto_chunks,
+)
 from anemo_like.runtime.precision import PrecisionPlan, precision_plan
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.optimizer import build_adamw
+from anemo_like.training.run_folder import check_run_folder_is_free, create_run_folder, remove_stale_temporary_files
 from anemo_like.training.schedule import learning_rate_scale
 
 LOG = logging.getLogger(__name__)
@@ -91,7 +98,8 @@ def seed_everything(seed: int) -> None:
 
 
 def place(config: RunConfig) -> Placement:
-    """Launch environment, device, process groups and the run folder (rank 0's name on every rank)."""
+    """Launch environment, device, process groups and the run folder (rank 0's name on every rank), which must not
+    hold another run."""
     launch = launch_environment()
     if launch.distributed and not dist.is_initialized():
         raise RuntimeError(
@@ -101,7 +109,10 @@ def place(config: RunConfig) -> Placement:
     hardware = config.system.hardware
     device = select_device(hardware.accelerator, launch.local_rank)
     run_dir = Path(rank_zero_value(str(Path(config.system.paths.output).expanduser()), launch))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    create_run_folder(run_dir)
+    check_run_folder_is_free(run_dir, resume=config.training.resume)  # before rank 0 writes anything
+    if launch.rank == 0:
+        remove_stale_temporary_files(run_dir)
     groups = build_process_groups(
         launch.world_size, launch.rank, hardware.num_gpus_per_model, config.dataloader.read_group_size
     )
@@ -178,6 +189,7 @@ def build_run(config: RunConfig) -> Run:
     data, graph = load_data_and_graph(config, placement.launch)
     precision = check_run_options(config, placement)
     config = config.model_copy(update={"model": resolve_chunks(config, graph=graph, data=data, placement=placement)})
+    check_chunks_fit_graph(config.model, graph)
     model, parallel = build_model(config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype)
     opt = config.training.optimizer
     weights = [config.training.variable_loss_weights.get(n, 1.0) for n in data.roles.output]
@@ -205,3 +217,30 @@ def build_run(config: RunConfig) -> Run:
         spec=spec.on(placement.device),
         grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),
     )
+
+
+def log_run(run: Run) -> None:
+    """The run's size and placement, in the log."""
+    config, placement, groups = run.config, run.placement, run.placement.groups
+    LOG.info(
+        "model: %.2fM parameters, graph: %d data / %d hidden nodes, device %s, run folder %s",
+        sum(p.numel() for p in run.model.parameters()) / 1e6,
+        run.graph["data"].num_nodes,
+        run.graph["hidden"].num_nodes,
+        placement.device,
+        placement.run_dir,
+    )
+    if placement.launch.world_size > 1 and placement.is_main:
+        lr = config.training.optimizer.lr_scaling
+        LOG.info(
+            "%d ranks: %d model instance(s) of %d rank(s) (encoder %s, processor %s, decoder %s sharding), "
+            "samples read by groups of %d rank(s)%s",
+            placement.launch.world_size,
+            groups.dp_size,
+            groups.model_size,
+            config.model.encoder.shard_strategy,
+            config.model.processor.shard_strategy,
+            config.model.decoder.shard_strategy,
+            groups.reader_size,
+            f", lr x {run.lr_factor:.3g} ({lr})" if run.lr_factor != 1 else "",
+        )

@@ -3,7 +3,8 @@
 :func:`~anemo_like.training.setup.build_run` builds the parts; :class:`Trainer` resumes and runs the loop, calling
 its hooks (memory snapshots, profiling) at every step. The hot path never waits for the device: the loss is summed
 on the device and read every ``diagnostics.log_every_n_steps``; stop decisions travel on a CPU group
-(:class:`StopVote`).
+(:class:`StopVote`). A step whose loss or gradient norm is not finite is skipped on the device, and
+``training.max_nonfinite_steps`` of them in a row stop the run (:mod:`~anemo_like.training.nonfinite`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+import uuid
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
+from anemo_like.checkpoints.finite import first_nonfinite
 from anemo_like.checkpoints.training import (
     check_checkpoint_versions,
     latest_checkpoint,
@@ -28,65 +29,24 @@ from anemo_like.checkpoints.training import (
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.setup import LoaderOptions
 from anemo_like.diagnostics.phases import PhaseClock
-from anemo_like.diagnostics.snapshot import MemorySnapshotRecorder
 from anemo_like.distributed.data_parallel import barrier, mean_over_ranks
 from anemo_like.distributed.stop_vote import StopVote
+from anemo_like.interrupts import phase, stop_requests
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.rollout import rollout
 from anemo_like.training.cuda_graphs import CapturedStep
-from anemo_like.training.metrics import MetricsLog
-from anemo_like.training.optimizer import set_learning_rate
+from anemo_like.training.hooks import StepHook, default_hooks
+from anemo_like.training.metrics import LossWindow, MetricsLog
+from anemo_like.training.nonfinite import NonFiniteSteps, TrainingDiverged, gradient_norm, step_is_finite
+from anemo_like.training.optimizer import set_learning_rate, step_unless
 from anemo_like.training.outputs import RunOutputs, forecast_sample, write_run_outputs
-from anemo_like.training.preemption import Preempted, PreemptionSignal
+from anemo_like.training.preemption import Preempted
 from anemo_like.training.progress import Progress
 from anemo_like.training.schedule import learning_rate, rollout_steps
-from anemo_like.training.setup import build_run
+from anemo_like.training.setup import build_run, log_run
 from anemo_like.training.validation import Scoring, ValidationResult, validate
 
 LOG = logging.getLogger(__name__)
-
-
-class StepHook(Protocol):
-    """Called by :meth:`Trainer.fit` before each step (``index`` counts from the first step of this fit) and once
-    when the loop ends, on every exit path."""
-
-    def step_started(self, index: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def default_hooks(trainer: Trainer) -> list[StepHook]:
-    """The hooks the config asks for: the memory snapshot recorder (``diagnostics.memory_snapshot``)."""
-    snapshot = trainer.config.diagnostics.memory_snapshot
-    if not snapshot.enabled:
-        return []
-    recorder = MemorySnapshotRecorder(
-        device=trainer.device,
-        output_dir=trainer.run_dir / "memory_snapshot",
-        warmup=snapshot.warmup,
-        steps=snapshot.steps,
-        max_entries=snapshot.max_entries,
-    )
-    return [recorder]
-
-
-@dataclass
-class _LossWindow:
-    """Training losses summed on the device since the last log line."""
-
-    device: torch.device
-    total: torch.Tensor = field(init=False)
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        self.reset()
-
-    def add(self, loss: torch.Tensor) -> None:
-        self.total += loss
-        self.count += 1
-
-    def reset(self) -> None:
-        self.total, self.count = torch.zeros((), device=self.device), 0
 
 
 class Trainer:
@@ -105,35 +65,13 @@ class Trainer:
         self.captured: CapturedStep | None = None  # training.cuda_graphs: the captured step, once warmed up
         self.clock = PhaseClock(self.device)  # records only while anemo-profile turns it on
         self._last_save = time.perf_counter()
+        self.nonfinite = NonFiniteSteps(self.device, limit=self.config.training.max_nonfinite_steps)
+        self.saved_step: int | None = None  # the step of the newest checkpoint of this run
+        self.run_id = uuid.uuid4().hex  # names this run's checkpoints: pruning deletes only those
         resume = self._resume_path(self.config.training.resume)
         if resume is not None:
             self._resume(resume)
-        self._log_setup()
-
-    def _log_setup(self) -> None:
-        config, launch, groups = self.config, self.run.placement.launch, self.groups
-        LOG.info(
-            "model: %.2fM parameters, graph: %d data / %d hidden nodes, device %s, run folder %s",
-            sum(p.numel() for p in self.model.parameters()) / 1e6,
-            self.graph["data"].num_nodes,
-            self.graph["hidden"].num_nodes,
-            self.device,
-            self.run_dir,
-        )
-        if launch.world_size > 1 and self.is_main:
-            lr = config.training.optimizer.lr_scaling
-            LOG.info(
-                "%d ranks: %d model instance(s) of %d rank(s) (encoder %s, processor %s, decoder %s sharding), "
-                "samples read by groups of %d rank(s)%s",
-                launch.world_size,
-                groups.dp_size,
-                groups.model_size,
-                config.model.encoder.shard_strategy,
-                config.model.processor.shard_strategy,
-                config.model.decoder.shard_strategy,
-                groups.reader_size,
-                f", lr x {self.run.lr_factor:.3g} ({lr})" if self.run.lr_factor != 1 else "",
-            )
+        log_run(run)
 
     # ------------------------------------------------------------------------------------------- state
     def _resume_path(self, resume: str | None) -> Path | None:
@@ -157,7 +95,9 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
-        self.step = int(state["step"])
+        self.step = self.saved_step = int(state["step"])
+        if state.get("run_id") and path.resolve().is_relative_to(self.run_dir.resolve()):
+            self.run_id = state["run_id"]  # continuing this folder's run
         LOG.info("resumed from %s at step %d", path, self.step)
 
     @property
@@ -165,16 +105,35 @@ class Trainer:
         return self.run_dir / "checkpoints" / "last.pt"
 
     def save_checkpoint(self) -> None:
-        save_training_checkpoint(
-            self.checkpoint_path.parent,
-            model=self.model,
-            optimizer=self.optimizer,
-            step=self.step,
-            config_json=self.config.model_dump_json(),
-            graph_hash=self.graph_hash,
-            keep_last=self.config.training.checkpoint_keep_last,
-        )
+        """Write the step's checkpoint (rank 0; every rank checks the weights first, so all stop together if a
+        diverged run left them non-finite: a checkpoint never holds NaN or inf)."""
+        found = first_nonfinite(self.model.state_dict())
+        if found is not None:
+            raise TrainingDiverged(
+                f"training diverged: after step {self.step} the weights hold NaN or inf ({found[0]}: {found[1]} "
+                f"values), so no checkpoint was written; {self._last_checkpoint_advice()}"
+            )
+        if self.is_main:
+            save_training_checkpoint(
+                self.checkpoint_path.parent,
+                model=self.model,
+                optimizer=self.optimizer,
+                step=self.step,
+                config_json=self.config.model_dump_json(),
+                graph_hash=self.graph_hash,
+                keep_last=self.config.training.checkpoint_keep_last,
+                run_id=self.run_id,
+            )
         self._last_save = time.perf_counter()
+        self.saved_step = self.step
+
+    def _last_checkpoint_advice(self) -> str:
+        if self.saved_step is None:
+            return "no checkpoint was written before: start again with a lower training.optimizer.lr"
+        return (
+            f"the last checkpoint, {self.checkpoint_path} (step {self.saved_step}), holds finite weights: resume from "
+            "it (training.resume=auto) with a lower training.optimizer.lr"
+        )
 
     # -------------------------------------------------------------------------------------------- step
     def loader_options(self, split: str) -> LoaderOptions:
@@ -233,7 +192,8 @@ class Trainer:
 
     def _forward_backward_update(self, batch: torch.Tensor) -> torch.Tensor:
         """Rollout loss, backward, gradient averaging and clipping, optimiser step; gradients must be zero or None.
-        Free of host-device syncs, so a CUDA graph can capture it."""
+        A step whose loss or gradient norm is not finite is skipped and counted (:class:`NonFiniteSteps`). Free of
+        host-device syncs with fused AdamW, so a CUDA graph can capture it."""
         cfg = self.config.training
         steps = rollout_steps(self.step, config=cfg.rollout)
         scaler = self.precision.scaler
@@ -249,12 +209,19 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         if cfg.optimizer.gradient_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optimizer.gradient_clip_norm, foreach=True)
-        if scaler is None:
-            self.optimizer.step()
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), cfg.optimizer.gradient_clip_norm, foreach=True
+            )
         else:
+            norm = gradient_norm(self.model.parameters())
+        if scaler is None:
+            bad = ~step_is_finite(loss, norm)
+            step_unless(self.optimizer, bad)
+        else:  # the scaler skips steps with inf gradients itself (and lowers its scale): count the loss only
+            bad = ~step_is_finite(loss, None)
             scaler.step(self.optimizer)
             scaler.update()
+        self.nonfinite.record(bad)
         return loss.detach()
 
     def validate(self) -> ValidationResult:
@@ -287,6 +254,16 @@ class Trainer:
         hooks = default_hooks(self) if hooks is None else hooks
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main)
         started = time.perf_counter()
+        with phase("the end of the run (final validation and outputs)", saved=self._saved_for_resume):
+            return self._fit(metrics, hooks, started)
+
+    def _saved_for_resume(self) -> str | None:
+        """What a stop signal leaves, when the last step is checkpointed (the outputs are then written by resuming)."""
+        if self.saved_step != self.step:
+            return None
+        return f"checkpoint {self.checkpoint_path} holds step {self.step}; training.resume=auto writes the rest"
+
+    def _fit(self, metrics: MetricsLog, hooks: list[StepHook], started: float) -> RunOutputs | None:
         try:
             result = self._train(metrics, hooks, started)
         finally:
@@ -313,10 +290,10 @@ class Trainer:
         stop_vote = StopVote()
         show = cfg.diagnostics.progress_bar and self.is_main
         progress = Progress(total=cfg.training.max_steps, start=self.step, enabled=show)
-        losses, result, first_step = _LossWindow(self.device), None, self.step
+        losses, result, first_step = LossWindow(self.device), None, self.step
         self.model.train()
         self._last_save = time.perf_counter()
-        with PreemptionSignal() as preemption:
+        with stop_requests() as preemption:
             while self.step < cfg.training.max_steps:
                 for hook in hooks:
                     hook.step_started(self.step - first_step)
@@ -325,10 +302,17 @@ class Trainer:
                 now = time.perf_counter()
                 over_budget = cfg.training.max_minutes is not None and now - started > 60 * cfg.training.max_minutes
                 # every rank stops at the same step: a signal or the budget on one rank stops them all
-                preempted, out_of_time = stop_vote((preemption.received is not None, over_budget))
                 last = self.step == cfg.training.max_steps
-                if self.step % cfg.diagnostics.log_every_n_steps == 0 or last or out_of_time or preempted:
+                due_log = self.step % cfg.diagnostics.log_every_n_steps == 0 or last
+                diverging = due_log and self.nonfinite.reached() is not None
+                preempted, out_of_time, diverged = stop_vote((preemption.received is not None, over_budget, diverging))
+                if due_log or out_of_time or preempted or diverged:
                     self._log_losses(metrics, progress, losses)
+                if last:  # with several ranks this step's vote is still posted: what it decides acts now
+                    final = stop_vote.finish() or (False,) * 3
+                    preempted, diverged = preempted or final[0], diverged or final[2]
+                if diverged:
+                    self._stop_diverged(progress, first_step)
                 if preempted:
                     self._stop_preempted(stop_vote, progress, preemption.received)
                 result = self._checkpoint_and_validate(metrics, now, last=last, out_of_time=out_of_time) or result
@@ -340,7 +324,7 @@ class Trainer:
         progress.close()
         return result
 
-    def _log_losses(self, metrics: MetricsLog, progress: Progress, losses: _LossWindow) -> None:
+    def _log_losses(self, metrics: MetricsLog, progress: Progress, losses: LossWindow) -> None:
         record = {
             "step": self.step,
             "train_loss": float(mean_over_ranks(losses.total)) / losses.count,
@@ -352,10 +336,24 @@ class Trainer:
         progress.update(self.step, loss=record["train_loss"])
         losses.reset()
 
+    def _stop_diverged(self, progress: Progress, first_step: int) -> None:
+        progress.close()
+        limit = self.config.training.max_nonfinite_steps
+        reached = self.nonfinite.reached()
+        steps = (
+            f"steps {first_step + reached - limit + 1} to {first_step + reached}"
+            if reached is not None
+            else f"consecutive steps on another rank before step {self.step}"
+        )
+        raise TrainingDiverged(
+            f"training diverged: the loss or gradient norm was not finite in {steps} (training.max_nonfinite_steps="
+            f"{limit}); those steps were skipped and training stopped at step {self.step}; "
+            + self._last_checkpoint_advice()
+        )
+
     def _stop_preempted(self, stop_vote: StopVote, progress: Progress, signal: str | None) -> None:
         stop_vote.finish()
-        if self.is_main:
-            self.save_checkpoint()
+        self.save_checkpoint()
         progress.close()
         LOG.warning(
             "received %s: stopped after step %d, checkpoint %s written; exiting with status 0 "
@@ -374,7 +372,7 @@ class Trainer:
         training = self.config.training
         every_minutes = training.checkpoint_every_minutes
         timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
-        if self.is_main and (self.step % training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save):
+        if self.step % training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save:
             self.save_checkpoint()
         if not (self.step % training.val_every_n_steps == 0 or last or out_of_time):
             return None

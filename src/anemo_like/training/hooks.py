@@ -1,0 +1,34 @@
+"""What runs beside the training loop at every step: the :class:`StepHook` protocol and the hooks a config asks for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from anemo_like.diagnostics.snapshot import MemorySnapshotRecorder
+
+if TYPE_CHECKING:
+    from anemo_like.training.trainer import Trainer
+
+
+class StepHook(Protocol):
+    """Called by :meth:`Trainer.fit` before each step (``index`` counts from the first step of this fit) and once
+    when the loop ends, on every exit path."""
+
+    def step_started(self, index: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def default_hooks(trainer: Trainer) -> list[StepHook]:
+    """The hooks the config asks for: the memory snapshot recorder (``diagnostics.memory_snapshot``)."""
+    snapshot = trainer.config.diagnostics.memory_snapshot
+    if not snapshot.enabled:
+        return []
+    recorder = MemorySnapshotRecorder(
+        device=trainer.device,
+        output_dir=trainer.run_dir / "memory_snapshot",
+        warmup=snapshot.warmup,
+        steps=snapshot.steps,
+        max_entries=snapshot.max_entries,
+    )
+    return [recorder]
