@@ -34,6 +34,13 @@ def test_sharding_benchmark_counts_bytes_per_strategy() -> None:
     assert all(r["step_cpu_s"] > 0 and r["live_tensor_peak_mib"] > 0 for r in edges["per_rank"])
 
 
+def test_sharded_inference_benchmark_reports_every_rank() -> None:
+    report = run("sharded_inference.py", "--ranks", "1", "2", "--lead-time", "12h")
+    assert {p: len(peaks) for p, peaks in report["per_rank_peak_mib"].items()} == {"1": 1, "2": 2}
+    assert all(mib > 0 for peaks in report["per_rank_peak_mib"].values() for mib in peaks)
+    assert report["peak_ratio"]["1"] == 1.0 and set(report["forecast_ratio"]) == {"1", "2"}
+
+
 def test_attention_benchmark_lists_every_backend() -> None:
     report = run("attention.py", "--window", "4", "--steps", "1", "--skip-model")
     rows = {(r["attention"], r["backend"]): r for r in report["backends"]}

@@ -15,18 +15,34 @@ from pathlib import Path
 
 import pytest
 import torch
+import xarray as xr
 from conftest import TINY_MODEL
+from distributed_checks import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "training" / "slurm" / "train.sbatch"
 TRAIN_MULTINODE = ROOT / "training" / "slurm" / "train_multinode.sbatch"
 INFER = ROOT / "inference" / "slurm" / "infer.sbatch"
+INFER_SHARDED = ROOT / "inference" / "slurm" / "infer_sharded.sbatch"
+INFER_MULTINODE = ROOT / "inference" / "slurm" / "infer_multinode.sbatch"
 ANEMO_INFER = shutil.which("anemo-infer", path=str(Path(sys.executable).parent))
 FAKE_SRUN = """#!/bin/bash
 # stand-in for srun: drop srun's own options, run the command as task 0 of 1 (exec: signals reach it directly)
 while [[ $1 == --* ]]; do shift; done
 export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1 SLURM_JOB_NODELIST=localhost
 exec "$@"
+"""
+FAKE_SRUN_TASKS = """#!/bin/bash
+# stand-in for srun with $FAKE_NTASKS tasks on this host: drop srun's options, start every task, wait for all
+while [[ $1 == --* ]]; do shift; done
+pids=()
+for ((task = 0; task < FAKE_NTASKS; task++)); do
+    SLURM_PROCID=$task SLURM_LOCALID=$task SLURM_NTASKS=$FAKE_NTASKS SLURM_JOB_NODELIST=localhost "$@" &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
 """
 FAKE_SCONTROL = """#!/bin/bash
 echo "$@" >> "$SCONTROL_LOG"
@@ -43,11 +59,11 @@ def sbatch_options(script: Path) -> dict[str, str]:
     return options
 
 
-def run_script(script: Path, tmp_path: Path, variables: dict[str, str]) -> subprocess.Popen:
+def run_script(script: Path, tmp_path: Path, variables: dict[str, str], *, srun: str = FAKE_SRUN) -> subprocess.Popen:
     """Start the batch script as SLURM would, with fake srun/scontrol on PATH and the script's EDIT values."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+    for name, body in (("srun", srun), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
     env = {
@@ -99,7 +115,10 @@ def trained_run(tmp_path_factory, cache_dir):
     return run
 
 
-@pytest.mark.parametrize("script", [TRAIN, TRAIN_MULTINODE, INFER], ids=lambda p: p.name)
+SCRIPTS = [TRAIN, TRAIN_MULTINODE, INFER, INFER_SHARDED, INFER_MULTINODE]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_batch_script_syntax(script):
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -161,3 +180,36 @@ def test_inference_script_body_forecasts(tmp_path, trained_run):
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
     assert (tmp_path / "forecast" / "forecast.nc").exists()
+
+
+@pytest.mark.parametrize("script", [INFER_SHARDED, INFER_MULTINODE], ids=lambda p: p.name)
+def test_sharded_inference_resource_lines(script):
+    options = sbatch_options(script)
+    assert options["ntasks-per-node"] == options["gpus-per-node"], "one task per GPU"
+    assert int(options["nodes"]) == (2 if script == INFER_MULTINODE else 1) and "requeue" not in options
+
+
+@pytest.mark.skipif(ANEMO_INFER is None, reason="anemo-infer is not installed: pip install -e . (pyproject.toml)")
+@pytest.mark.parametrize(("script", "tasks", "per_copy"), [(INFER_SHARDED, 2, 2), (INFER_MULTINODE, 4, 2)],
+                         ids=["sharded-2", "multinode-4"])  # fmt: skip
+def test_sharded_inference_script_bodies_forecast(script, tasks, per_copy, tmp_path, trained_run):
+    output, returncode, folder = trained_run(TRAIN)
+    assert returncode == 0, output[-3000:]
+    variables = {
+        "CHECKPOINT": str(folder / "run" / "inference.pt"),
+        "DATES": "[2000-11-01T00,2000-11-02T00,2000-11-03T00]",
+        "OUTPUT_DIR": str(tmp_path / "forecast"),
+        "NUM_GPUS_PER_MODEL": str(per_copy),
+        "ANEMO_INFER": ANEMO_INFER,
+        "EXTRA_OVERRIDES": "lead_time=12h device=cpu",
+        "FAKE_NTASKS": str(tasks),
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    process = run_script(script, tmp_path, variables, srun=FAKE_SRUN_TASKS)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    copies = tasks // per_copy
+    assert f"rank {tasks - 1} of {tasks}: model copy {copies - 1} of {copies}, shard 1 of 2" in output, output[-3000:]
+    with xr.open_dataset(tmp_path / "forecast" / "forecast.nc") as forecast:
+        assert forecast.sizes["time"] == 3 and forecast.sizes["step"] == 2

@@ -18,9 +18,11 @@ from anemo_like.config.inference import (
 
 
 def _infer(config: InferenceConfig) -> None:
+    from anemo_like.distributed.environment import process_group
     from anemo_like.inference.run import prepare, run  # torch and friends: only once the config is known good
 
-    run(set_up_or_exit(lambda: prepare(config)))
+    with process_group(config.device, timeout_minutes=config.collective_timeout_minutes):  # several ranks
+        run(set_up_or_exit(lambda: prepare(config)))
 
 
 def main() -> None:

@@ -94,6 +94,15 @@ class InferenceConfig(Strict):
         "fp32", description="bf16 / fp16: model weights and activations in that precision; the file is float32"
     )
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; null keeps torch's default")
+    num_gpus_per_model: int | None = Field(
+        None,
+        ge=1,
+        description="ranks sharing one model copy (launched with torchrun or srun); the other ranks form copies that "
+        "split the initial dates; null: the checkpoint's where it divides the world, else 1",
+    )
+    collective_timeout_minutes: float = Field(
+        30, gt=0, description="a collective that waits longer fails instead of hanging (several ranks)"
+    )
     verify: bool = Field(False, description="score the written forecast against the dataset (docs/inference.md)")
     verification: VerificationConfig = VerificationConfig()
 

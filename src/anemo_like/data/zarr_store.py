@@ -23,6 +23,7 @@ import numcodecs
 import numpy as np
 import zarr
 
+from anemo_like.data import zarr_exit  # noqa: F401  (a clean exit after zarr reads: its module docstring)
 from anemo_like.data.zarr_errors import (
     CorruptDatasetError,  # noqa: F401  (raised by the helpers; callers import it from here)
     check_data_chunks,

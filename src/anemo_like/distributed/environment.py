@@ -95,11 +95,23 @@ def init_process_group(env: LaunchEnvironment, device: torch.device, *, timeout_
     )
 
 
+class PeerFailed(RuntimeError):
+    """A collective failed: another rank stopped (its own message says why) or did not answer in time."""
+
+
+def is_collective_failure(error: RuntimeError) -> bool:
+    """Whether ``error`` is a collective that failed for want of a peer (gloo raises a plain RuntimeError)."""
+    text = str(error)
+    peers = ("Connection closed by peer", "Connection reset by peer", "Timed out waiting")
+    return isinstance(error, dist.DistError) or any(marker in text for marker in peers)
+
+
 @contextlib.contextmanager
 def process_group(accelerator: str, *, timeout_minutes: float) -> Iterator[LaunchEnvironment]:
     """The world for the block when launched with several ranks (torchrun or srun); left on every exit path. A
     normal exit (preemption included) waits for every rank first; an error leaves at once, so no rank waits on one
-    that failed. A single process opens nothing."""
+    that failed, and a collective that fails because another rank did becomes :class:`PeerFailed` (one line: the
+    failing rank prints the reason). A single process opens nothing."""
     env = launch_environment()
     if not env.distributed:
         yield env
@@ -107,6 +119,13 @@ def process_group(accelerator: str, *, timeout_minutes: float) -> Iterator[Launc
     init_process_group(env, select_device(accelerator, env.local_rank), timeout_minutes=timeout_minutes)
     try:
         yield env
+    except RuntimeError as error:
+        if not is_collective_failure(error):
+            raise
+        raise PeerFailed(
+            f"rank {env.rank} of {env.world_size} stopped: a collective failed because another rank stopped (its "
+            f"message says why) or did not answer within {timeout_minutes:g} minutes"
+        ) from None
     except SystemExit as stop:
         if stop.code in (0, None):
             dist.barrier()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,14 +56,35 @@ class ForecastStats:
         return None if self.peak_mib is None or self.start_mib is None else self.peak_mib - self.start_mib
 
 
+def _log_step(label: str, step: int, inputs: ForecastInputs, seconds: float, device: torch.device) -> None:
+    LOG.info(
+        "forecast %s step %d/%d (+%s): %.3f s, peak memory %s",
+        label,
+        step + 1,
+        inputs.steps,
+        format_frequency(inputs.step * (step + 1)),
+        seconds,
+        format_mib(peak_memory_mib(device)),
+    )
+
+
 @torch.inference_mode()
 def run_forecasts(
-    model: nn.Module, inputs: ForecastInputs, *, device: torch.device, dtype: torch.dtype, batch_size: int
+    model: nn.Module,
+    inputs: ForecastInputs,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    batch_size: int,
+    grid: slice = slice(None),
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[np.ndarray, ForecastStats]:
     """Forecasts (N, L, G, V_out) float32 in physical units from the N initial dates, L = ``inputs.steps``.
 
     Each step feeds the predicted prognostic variables back, with the forcings of the new valid time; diagnostic
-    outputs are never fed back. ``model`` (on ``device``, in ``dtype``) gets its inputs in ``dtype``.
+    outputs are never fed back. ``model`` (on ``device``, in ``dtype``) gets its inputs in ``dtype``. A sharded
+    model's ranks read their ``grid`` block of the inputs and ``gather`` the blocks on the device, (B, T, g, V) ->
+    (B, T, G, V).
     """
     roles = inputs.roles
     num_inputs = len(roles.input)
@@ -80,7 +102,9 @@ def run_forecasts(
     ).on(device)
     for first in range(0, len(init_indices), batch_size):
         chunk = init_indices[first : first + batch_size]
-        batch = torch.from_numpy(np.stack([inputs.window(int(i)) for i in chunk])).to(device, dtype)
+        batch = torch.from_numpy(np.stack([inputs.window(int(i), grid) for i in chunk])).to(device, dtype)
+        if gather is not None:
+            batch = gather(batch)
         label = str(inputs.store.dates[chunk[0]]) + (f" (+{len(chunk) - 1} more)" if len(chunk) > 1 else "")
         predictions = rollout(model, batch, spec, steps=inputs.steps)
         for step in range(inputs.steps):
@@ -92,15 +116,7 @@ def run_forecasts(
             step_seconds += seconds
             values = prediction.float().cpu().numpy()  # (B, G, V_out) normalised
             forecasts[first : first + len(chunk), step] = out.denormalize(values, axis=-1)
-            LOG.info(
-                "forecast %s step %d/%d (+%s): %.3f s, peak memory %s",
-                label,
-                step + 1,
-                inputs.steps,
-                format_frequency(inputs.step * (step + 1)),
-                seconds,
-                format_mib(peak_memory_mib(device)),
-            )
+            _log_step(label, step, inputs, seconds, device)
     stats = ForecastStats(
         seconds=time.perf_counter() - started,
         step_seconds=step_seconds,

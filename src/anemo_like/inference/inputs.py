@@ -116,9 +116,10 @@ class ForecastInputs:
     def output_normalizer(self) -> Normalizer:
         return subset(self.normalizer, self.roles.output)
 
-    def window(self, init_index: int) -> np.ndarray:
+    def window(self, init_index: int, grid: slice = slice(None)) -> np.ndarray:
         """Model inputs at the ``multistep`` input times and the ``steps`` lead times, normalised, float32
-        (multistep + steps, G, V_in) in the order [prognostic, forcing, computed forcing].
+        (multistep + steps, G, V_in) in the order [prognostic, forcing, computed forcing]; ``grid``: read only this
+        block of the grid points (G its length).
 
         Prognostic values after the initial date are NaN (the forecast supplies them); dataset forcings after the
         dataset's last date hold the last value read (only constant ones are used, see :func:`open_inputs`).
@@ -128,13 +129,13 @@ class ForecastInputs:
         offsets = np.arange(1 - m, self.steps + 1)
         first = init_index + offsets[0] * stride
         last_read = min(init_index + self.steps * stride, len(store.dates) - 1)
-        raw = store.read(slice(first, last_read + 1, stride), store.variable_indices(names))  # (T', V, G)
+        raw = store.read(slice(first, last_read + 1, stride), store.variable_indices(names), grid=grid)  # (T', V, G)
         raw = raw[np.minimum(np.arange(len(offsets)), len(raw) - 1)]
         values = subset(self.normalizer, names).normalize(raw, axis=1)
         valid_times = store.dates[init_index] + offsets * np.timedelta64(int(self.step.total_seconds()), "s")
         self._check_finite(values[:m], valid_times[:m], names, store.dates[init_index])
         values[m:, : len(self.roles.prognostic)] = np.nan
-        forcing = computed_forcings(self.roles.computed, valid_times, store.longitudes)
+        forcing = computed_forcings(self.roles.computed, valid_times, store.longitudes[grid])
         return np.ascontiguousarray(np.concatenate([values, forcing], axis=1).transpose(0, 2, 1))
 
     def _check_finite(self, values: np.ndarray, dates: np.ndarray, names: list[str], init: np.datetime64) -> None:

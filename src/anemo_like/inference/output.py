@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
+import zarr
 
 import anemo_like
 from anemo_like.atomic_io import disk_full
@@ -81,14 +82,15 @@ def _contents(path: Path) -> str:
     return "a file that is not a forecast of anemo-infer"
 
 
-def check_output(path: Path) -> None:
+def check_output(path: Path, *, remove_stale: bool = True) -> None:
     """Raise ValueError unless the forecast file (.nc) or store (.zarr) can be written at ``path``.
 
     An existing ``path`` is replaced only when it holds a forecast this package wrote (recognised by its
     attributes); the input dataset, any other store, file or folder is refused, as is a path inside a zarr store.
     """
     check_writable(path, key="output")
-    _remove_stale_temporaries(path)
+    if remove_stale:  # the temporary copies a killed anemo-infer left (one rank cleans)
+        _remove_stale_temporaries(path)
     for parent in path.parents:
         if parent.is_dir() and _zarr_attributes(parent) is not None:
             raise ValueError(
@@ -153,7 +155,8 @@ def write_forecast(dataset: xr.Dataset, path: Path) -> None:
             if path.suffix == ".nc":
                 dataset.to_netcdf(tmp, engine=netcdf_engine())
             else:
-                dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
+                with zarr.config.set({"async.concurrency": 1}):  # a failed write leaves no other write running
+                    dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
         except OSError as error:
             raise disk_full(error, path, setting="output") from None
         with deferred():

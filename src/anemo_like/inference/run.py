@@ -11,7 +11,7 @@ import torch
 from anemo_like.checkpoints.inference import InferenceBundle, load_inference_checkpoint
 from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
-from anemo_like.distributed.environment import select_device
+from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.output import (
@@ -21,6 +21,7 @@ from anemo_like.inference.output import (
     forecast_dataset,
     write_forecast,
 )
+from anemo_like.inference.parallel import InferenceRanks, gather_forecasts, place_inference
 from anemo_like.inference.scores import Verification
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
 from anemo_like.interrupts import phase
@@ -38,7 +39,8 @@ class PreparedRun:
     config: InferenceConfig
     checkpoint: Path
     bundle: InferenceBundle
-    inputs: ForecastInputs
+    inputs: ForecastInputs  # every initial date of the run
+    ranks: InferenceRanks
     device: torch.device
     output: Path
     verification_output: Path
@@ -77,20 +79,22 @@ def prepare(config: InferenceConfig) -> PreparedRun:
     Every problem raises ValueError or FileNotFoundError with one message naming the file or key (exit 2).
     """
     check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
-    output = Path(config.output).expanduser().absolute()
-    check_output(output)
+    launch = launch_environment()
+    output = Path(rank_zero_value(str(Path(config.output).expanduser().absolute()), launch))  # a timestamped default
+    check_output(output, remove_stale=launch.rank == 0)
     verification_output = Path(config.verification.output or output.parent).expanduser().absolute()
     if config.verify:
         check_writable(verification_output / TABLE, key="verification.output")
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    device = select_device(config.device, key="device")
+    device = select_device(config.device, launch.local_rank, key="device")
     checkpoint = Path(config.checkpoint).expanduser().absolute()
     bundle = load_inference_checkpoint(checkpoint, device=device)
     check_backends(bundle.config.model, torch.device(device), DTYPES[config.precision])
     bundle.model.to(DTYPES[config.precision])
     if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
         set_heap_release(bundle.config.system.hardware.release_cpu_heap_mib)
+    ranks = place_inference(config, launch, model=bundle.model, trained=bundle.config)
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint)
     plot_variable = _check_verification(config, inputs)
     LOG.info(
@@ -110,6 +114,7 @@ def prepare(config: InferenceConfig) -> PreparedRun:
         checkpoint=checkpoint,
         bundle=bundle,
         inputs=inputs,
+        ranks=ranks,
         device=device,
         output=output,
         verification_output=verification_output,
@@ -117,25 +122,40 @@ def prepare(config: InferenceConfig) -> PreparedRun:
     )
 
 
-def run(prepared: PreparedRun) -> InferenceOutputs:
-    """Forecast, write the forecast file, log the summary line, then verify if asked."""
-    config, inputs = prepared.config, prepared.inputs
+def run(prepared: PreparedRun) -> InferenceOutputs | None:
+    """Forecast this rank's share of the dates; on rank 0, gather every copy's forecasts, write the forecast file,
+    log the summary line, then verify if asked (None on the other ranks)."""
+    config, inputs, ranks = prepared.config, prepared.inputs, prepared.ranks
+    grid, gather = ranks.input_block(inputs.store.shape[-1])
     with phase("the forecasts"):
         forecasts, stats = run_forecasts(
             prepared.bundle.model,
-            inputs,
+            ranks.share(inputs),
             device=prepared.device,
             dtype=DTYPES[config.precision],
             batch_size=config.batch_size,
+            grid=grid,
+            gather=gather,
         )
+        LOG.info(
+            "rank %d: peak memory %s (forecasts: +%s above the loaded model)",
+            ranks.launch.rank,
+            format_mib(stats.peak_mib),
+            format_mib(stats.forecast_peak_mib),
+        )
+        forecasts = gather_forecasts(forecasts, ranks, len(inputs.init_indices))
+    if forecasts is None:
+        return None
     check_finite_forecasts(forecasts, inputs, checkpoint=prepared.checkpoint)
     dataset = forecast_dataset(forecasts, inputs, checkpoint=prepared.checkpoint, precision=config.precision)
     with phase(f"the write of {prepared.output}"):
         write_forecast(dataset, prepared.output)
+    copies = f" on model copy 0 of {ranks.copies}" if ranks.copies > 1 else ""
     LOG.info(
-        "anemo-infer: %d forecast(s) x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
+        "anemo-infer: %d forecast(s)%s x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
         "(forecasts: +%s above the loaded model); wrote %s",
         stats.forecasts,
+        copies,
         stats.steps,
         stats.seconds,
         stats.step_seconds / (stats.forecasts * stats.steps),
