@@ -136,7 +136,7 @@ def test_one_rank_failing_stops_every_rank_with_an_error(tmp_path, cache_dir, da
     failed_on_data = ["NonFiniteDataError" in output for _, output in results]
     assert sum(failed_on_data) == 1, [output[-1500:] for _, output in results]  # one rank raised ...
     other = results[failed_on_data.index(False)][1]
-    assert "anemo-train failed: RuntimeError" in other and "Traceback" not in other  # ... the other's collective failed
+    assert "anemo-train failed: PeerFailed: rank" in other and "Traceback" not in other  # the other's collective failed
 
 
 def test_launch_environment_conventions(monkeypatch):
