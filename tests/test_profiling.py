@@ -71,7 +71,7 @@ def test_anemo_profile_writes_every_report_file(tmp_path, cache_dir):
     assert any(row["name"].startswith("aten::") for row in by_time)
     assert all(int(row["self_memory_bytes"]) > 0 for row in read_csv(report / "operators_by_memory.csv"))
     samples = read_csv(report / "memory_samples.csv")
-    assert len(samples) > 10 and all(float(row["memory_mib"]) > 0 for row in samples)
+    assert len(samples) > 1 and all(float(row["memory_mib"]) > 0 for row in samples)  # how many: the step's speed
     times, sizes = json.loads((report / "memory_timeline_profiler.json").read_text())
     assert len(times) == len(sizes) > 10
     trace = json.loads((report / "steps.pt.trace.json").read_text())
