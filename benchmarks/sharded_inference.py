@@ -4,8 +4,15 @@
 A synthetic dataset at the grid (``synthetic_dataset.py``) and a model of the reference size trained for one step
 (``anemo-train``, the quickstart config with the size flags) give the checkpoint; then, for every P in
 ``--ranks``, P processes (gloo, one torch thread each, the torchrun variables) run one 5-day forecast with
-``num_gpus_per_model=P``. Every rank logs its peak resident memory (VmHWM) and the part the forecast added above
-the loaded model; the JSON line holds both per rank, and their largest values over the ranks against P = 1.
+``num_gpus_per_model=P``. Every rank logs three figures, and the JSON line holds each per rank and the ratio of
+its largest value over the ranks to P = 1's:
+
+* ``peak``: the process's peak resident memory (VmHWM), everything included: the total a node must hold per rank;
+* ``above_runtime``: that peak less the resident memory after the imports (interpreter, torch and the other
+  libraries, the same on every rank whatever P): the CPU counterpart of a GPU's ``max_memory_allocated``, which
+  leaves out the CUDA context; weights, graph, inputs, activations and heap slack included;
+* ``forecast``: what the forecasts added above the loaded model (the weights and graph are not in it).
+
 Reference size (about 10 minutes on 2 cores):
 
     python benchmarks/sharded_inference.py
@@ -25,7 +32,11 @@ from pathlib import Path
 from sharding import free_port  # benchmarks/sharding.py
 
 HERE = Path(__file__).resolve().parent
-RANK_LINE = re.compile(r"rank (\d+): peak memory (\d+) MiB \(forecasts: \+(\d+) MiB above the loaded model\)")
+RANK_LINE = re.compile(
+    r"rank (\d+): peak memory (\d+) MiB \(forecasts: \+(-?\d+) MiB above the loaded model; "
+    r"run: \+(\d+) MiB above the (\d+) MiB after imports\)"
+)
+FIGURES = ("peak", "forecast", "above_runtime", "runtime")  # the order of RANK_LINE's MiB groups
 
 
 def run(command: list[str], env: dict[str, str] | None = None) -> None:
@@ -50,8 +61,8 @@ def trained_checkpoint(folder: Path, grid: str, size: list[str]) -> tuple[Path, 
     return folder / "run" / "inference.pt", dataset
 
 
-def forecast(folder: Path, checkpoint: Path, dataset: Path, ranks: int, lead_time: str) -> dict[int, tuple[int, int]]:
-    """rank -> (peak MiB, forecast MiB above the loaded model) of one forecast on ``ranks`` ranks."""
+def forecast(folder: Path, checkpoint: Path, dataset: Path, ranks: int, lead_time: str) -> dict[int, dict[str, int]]:
+    """rank -> {figure: MiB} (``FIGURES``) of one forecast on ``ranks`` ranks."""
     port, processes = free_port(), []
     for rank in range(ranks):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_PROCID")}
@@ -70,8 +81,26 @@ def forecast(folder: Path, checkpoint: Path, dataset: Path, ranks: int, lead_tim
         output, _ = process.communicate()
         if process.returncode != 0:
             raise SystemExit(output[-3000:])
-        found.update({int(r): (int(peak), int(added)) for r, peak, added in RANK_LINE.findall(output)})
+        found.update({int(r): dict(zip(FIGURES, map(int, mib), strict=True)) for r, *mib in RANK_LINE.findall(output)})
     return found
+
+
+def report(args: argparse.Namespace, per_rank: dict[int, dict[int, dict[str, int]]]) -> dict:
+    """The JSON line: every figure per rank (``per_rank_<figure>_mib``: P -> [rank 0, ...]) and the ratio of its
+    largest value over the ranks to the first P's (``<figure>_ratio``)."""
+    first = args.ranks[0]
+    line = {
+        "benchmark": "sharded_inference",
+        "grid": args.grid,
+        "size": size_overrides(args),
+        "lead_time": args.lead_time,
+    }
+    for figure in FIGURES:
+        line[f"per_rank_{figure}_mib"] = {p: [ranks[r][figure] for r in sorted(ranks)] for p, ranks in per_rank.items()}
+    for figure in FIGURES[:3]:
+        largest = {p: max(figures[figure] for figures in ranks.values()) for p, ranks in per_rank.items()}
+        line[f"{figure}_ratio"] = {p: round(largest[p] / largest[first], 3) for p in largest}
+    return line
 
 
 def main() -> None:
@@ -88,23 +117,7 @@ def main() -> None:
         folder = Path(tmp)
         checkpoint, dataset = trained_checkpoint(folder, args.grid, size_overrides(args))
         per_rank = {p: forecast(folder, checkpoint, dataset, p, args.lead_time) for p in args.ranks}
-    peak = {p: max(v[0] for v in ranks.values()) for p, ranks in per_rank.items()}
-    added = {p: max(v[1] for v in ranks.values()) for p, ranks in per_rank.items()}
-    first = args.ranks[0]
-    print(
-        json.dumps(
-            {
-                "benchmark": "sharded_inference",
-                "grid": args.grid,
-                "size": size_overrides(args),
-                "lead_time": args.lead_time,
-                "per_rank_peak_mib": {p: [ranks[r][0] for r in sorted(ranks)] for p, ranks in per_rank.items()},
-                "per_rank_forecast_mib": {p: [ranks[r][1] for r in sorted(ranks)] for p, ranks in per_rank.items()},
-                "peak_ratio": {p: round(peak[p] / peak[first], 3) for p in peak},
-                "forecast_ratio": {p: round(added[p] / added[first], 3) for p in added},
-            }
-        )
-    )
+    print(json.dumps(report(args, per_rank)))
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
-BASE = {"atomic_io", "interrupts", "partition"}  # single modules every layer may use
+BASE = {"atomic_io", "interrupts", "partition", "progress"}  # single modules every layer may use
 # package -> the packages it may import; docs/architecture.md describes each layer
 ALLOWED: dict[str, set[str]] = {
     "atomic_io": {"interrupts"},
     "interrupts": set(),
     "partition": set(),
+    "progress": set(),
     "config": BASE,
     "graphs": {"config"} | BASE,
     "data": {"config"} | BASE,
@@ -20,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "checkpoints": {"config", "graphs", "data", "models", "runtime"} | BASE,
     "diagnostics": {"config", "graphs", "data", "models", "runtime"} | BASE,
     "distributed": {"config", "graphs", "data", "models", "runtime"} | BASE,
+    "tracking": {"config"} | BASE,
 }
 ALLOWED["training"] = {*ALLOWED, "checkpoints", "diagnostics", "distributed"} - {"training"}
 ALLOWED["inference"] = set(ALLOWED["training"]) | {"training"}

@@ -180,10 +180,10 @@ def test_an_unphysical_cached_dataset_is_generated_again(tmp_path, monkeypatch) 
     good = np.broadcast_to(fields[None, :, None], (builtin.N_DATES, len(PROGNOSTIC), 32 * 64)).copy()
     bad = good.copy()
     bad[7, PROGNOSTIC.index("sp"), 5] = 1.4e13
-    monkeypatch.setattr(builtin, "simulate", lambda seed: bad)
+    monkeypatch.setattr(builtin, "simulate", lambda seed, progress: bad)
     path = builtin.write_builtin_dataset(tmp_path / f"{BUILTIN_NAME}-seed0.zarr", seed=0)
     assert open_anemoi_zarr(path).statistics["maximum"][VARIABLES.index("sp")] > 1e13
-    monkeypatch.setattr(builtin, "simulate", lambda seed: good)
+    monkeypatch.setattr(builtin, "simulate", lambda seed, progress: good)
     assert ensure_builtin_dataset(tmp_path, seed=0) == path
     assert open_anemoi_zarr(path).statistics["maximum"][VARIABLES.index("sp")] == pytest.approx(1e5)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the old store is gone, nothing left aside

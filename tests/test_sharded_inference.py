@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,10 @@ from anemo_like.training.trainer import Trainer
 SIX_DATES = ["2000-01-03T18", "2000-01-04T00", "2000-01-04T06", "2000-01-04T12", "2000-01-04T18", "2000-01-05T00"]
 FIVE = SIX_DATES[1:]  # 6 and 5 initial dates: even and uneven over 2 copies
 FOUR_HEADS = ["model.num_channels=16", "model.num_heads=4"]
+MEMORY_LINE = re.compile(
+    r"rank (?P<rank>\d+): peak memory (?P<peak>\d+) MiB \(forecasts: \+(?P<forecast>-?\d+) MiB above the loaded "
+    r"model; run: \+(?P<above>\d+) MiB above the (?P<runtime>\d+) MiB after imports\)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +80,10 @@ def infer(tmp_path: Path, name: str, checkpoint: Path, dataset: Path, *, world: 
             copy, shard = divmod(rank, per_copy)
             place = f"rank {rank} of {world}: model copy {copy} of {world // per_copy}, shard {shard} of {per_copy}"
             assert place in output_text, output_text[-3000:]
+        memory = MEMORY_LINE.search(output_text)  # the benchmark's figures (MiB, each rounded)
+        assert memory and int(memory["rank"]) == rank, output_text[-3000:]
+        peak, runtime, above, forecast = (int(memory[key]) for key in ("peak", "runtime", "above", "forecast"))
+        assert abs(peak - runtime - above) <= 1 and above + 1 >= forecast >= 0, memory[0]
     return xr.open_dataset(tmp_path / f"{name}.nc").load()
 
 
@@ -152,3 +161,31 @@ def test_ranks_per_copy_follow_the_checkpoint_where_the_world_allows(checkpoints
     with pytest.raises(ValueError) as refused:
         ranks_per_copy(config(num_gpus_per_model=3), trained, 4)
     assert str(refused.value) == "num_gpus_per_model=3 does not divide the world size (4 ranks)"
+
+
+def test_grid_blocks_of_a_window_make_the_whole_window(checkpoints) -> None:
+    """The ranks' grid blocks, read one date at a time, are the whole window's columns: up to the initial date, at
+    the lead times, and past the dataset's last date (its forcings repeated)."""
+    import dataclasses
+
+    from anemo_like.checkpoints.inference import load_inference_checkpoint
+    from anemo_like.config.inference import validate_inference_config
+    from anemo_like.inference.inputs import open_inputs
+    from anemo_like.models.ops.collectives import node_shard_bounds
+
+    bundle = load_inference_checkpoint(checkpoints["edges"])
+    config = validate_inference_config({"checkpoint": str(checkpoints["edges"]), "dataset": str(checkpoints["dataset"]),
+                                        "output": "f.nc", "dates": FIVE, "lead_time": "18h"})  # fmt: skip
+    inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoints["edges"])
+    last = len(inputs.store.dates) - 1
+    inputs = dataclasses.replace(inputs, init_indices=np.array([*inputs.init_indices, last]))
+    points = inputs.store.shape[-1]
+    for index in inputs.init_indices:
+        whole = inputs.window(int(index))
+        assert whole.shape == (inputs.window_shape[0], points, inputs.window_shape[1]) and whole.dtype == np.float32
+        assert np.isnan(whole[inputs.multistep :, :, : len(inputs.roles.prognostic)]).all()
+        blocks = []
+        for start, stop in node_shard_bounds(points, 4):
+            blocks.append(np.full((inputs.window_shape[0], stop - start, inputs.window_shape[1]), 7.0, np.float32))
+            assert inputs.window(int(index), slice(start, stop), out=blocks[-1]) is blocks[-1]
+        np.testing.assert_array_equal(np.concatenate(blocks, axis=1), whole)

@@ -18,11 +18,13 @@ LOG = logging.getLogger("anemo_like")
 
 def _bench(config: RunConfig) -> None:
     from anemo_like.profiling.throughput import available_cores, diagnose, measure_throughput
+    from anemo_like.training.tracking import open_tracker, tracked
     from anemo_like.training.trainer import Trainer
 
     with training_process_group(config):
         trainer = set_up_or_exit(lambda: Trainer(config))
-        rates = measure_throughput(trainer)
+        with tracked(open_tracker(trainer.run, step=trainer.step)):  # diagnostics.tracking: params and status
+            rates = measure_throughput(trainer)
     if not trainer.is_main:
         return
     cores = available_cores()

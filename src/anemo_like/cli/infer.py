@@ -20,9 +20,11 @@ from anemo_like.config.inference import (
 def _infer(config: InferenceConfig) -> None:
     from anemo_like.distributed.environment import process_group
     from anemo_like.inference.run import prepare, run  # torch and friends: only once the config is known good
+    from anemo_like.runtime.process_memory import current_rss_mib
 
+    runtime_mib = current_rss_mib()  # the interpreter and imports, before the process group
     with process_group(config.device, timeout_minutes=config.collective_timeout_minutes):  # several ranks
-        run(set_up_or_exit(lambda: prepare(config)))
+        run(set_up_or_exit(lambda: prepare(config, runtime_mib=runtime_mib)))
 
 
 def main() -> None:

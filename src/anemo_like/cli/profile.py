@@ -20,6 +20,7 @@ DOCTOR_FLAG = "--doctor"
 def _profile(config: RunConfig, *, doctor: bool) -> None:
     from anemo_like.profiling.doctor import diagnose, render
     from anemo_like.profiling.run import profile_training
+    from anemo_like.training.tracking import open_tracker, tracked
     from anemo_like.training.trainer import Trainer
 
     with training_process_group(config):
@@ -35,6 +36,11 @@ def _profile(config: RunConfig, *, doctor: bool) -> None:
             f.write("\n" + findings)
         LOG.info("%s", findings)
     LOG.info("profile report: %s", output / "report.md")
+    tracker = open_tracker(trainer.run, step=trainer.step)  # diagnostics.tracking: the report as artifacts
+    with tracked(tracker):
+        for name in ("report.md", "report.json", "doctor.md"):
+            if tracker is not None and (output / name).is_file():
+                tracker.log_artifact(output / name, "profile")
 
 
 def main() -> None:

@@ -73,6 +73,20 @@ class BenchConfig(Strict):
     modes: list[Literal["io", "synthetic", "full"]] = Field(["io", "synthetic", "full"], min_length=1)
 
 
+class TrackingConfig(Strict):
+    """Experiment tracking: recorded in the run folder first (``tracking/``), sent to the server in the background."""
+
+    backend: Literal["none", "mlflow"] = Field("none", description="none: the run folder only; mlflow: also MLflow")
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI; None: sqlite:///<parent of the run folder>/mlflow.db (no server)"
+    )
+    experiment_name: str = Field("anemo_like", min_length=1, description="MLflow experiment (created if missing)")
+    run_name: str | None = Field(None, description="MLflow run name; None: the run folder's name")
+    tags: dict[str, str] = Field({}, description="extra tags of the MLflow run")
+    log_model: bool = Field(False, description="upload inference.pt as an artifact at the end of the run")
+    send_every_s: float = Field(5.0, gt=0, description="the background sender sends what is new this often")
+
+
 class DiagnosticsConfig(Strict):
     log_every_n_steps: int = Field(
         50, ge=1, description="training metrics are read from the device (one host sync) every this many steps"
@@ -83,3 +97,4 @@ class DiagnosticsConfig(Strict):
     profile: ProfileConfig = ProfileConfig()
     memory_snapshot: MemorySnapshotConfig = MemorySnapshotConfig()
     bench: BenchConfig = BenchConfig()
+    tracking: TrackingConfig = TrackingConfig()

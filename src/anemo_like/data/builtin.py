@@ -73,10 +73,13 @@ def round_mantissa(values: np.ndarray, *, bits: int) -> np.ndarray:
     return rounded.view(np.float32)
 
 
-def write_builtin_dataset(path: str | Path, *, seed: int = _DEFAULT_SEED, zarr_format: int = 2) -> Path:
-    """Simulate the built-in dataset and write it as an anemoi-datasets zarr at ``path`` (must not exist)."""
+def write_builtin_dataset(
+    path: str | Path, *, seed: int = _DEFAULT_SEED, zarr_format: int = 2, progress: bool = False
+) -> Path:
+    """Simulate the built-in dataset and write it as an anemoi-datasets zarr at ``path`` (must not exist);
+    ``progress`` shows the simulated dates (:mod:`anemo_like.progress`)."""
     lat, lon = grid()
-    prognostic = simulate(seed=seed)
+    prognostic = simulate(seed=seed, progress=progress)
     forcings = {
         "cos_latitude": np.cos(np.deg2rad(lat)),
         "cos_longitude": np.cos(np.deg2rad(lon)),
@@ -118,8 +121,9 @@ def write_builtin_dataset(path: str | Path, *, seed: int = _DEFAULT_SEED, zarr_f
     )
 
 
-def ensure_builtin_dataset(cache_dir: str | Path, *, seed: int = _DEFAULT_SEED) -> Path:
-    """Path of ``cache_dir/<BUILTIN_NAME>-seed<seed>.zarr``, generating it first if it does not exist.
+def ensure_builtin_dataset(cache_dir: str | Path, *, seed: int = _DEFAULT_SEED, progress: bool = True) -> Path:
+    """Path of ``cache_dir/<BUILTIN_NAME>-seed<seed>.zarr``, generating it first if it does not exist (``progress``:
+    showing the simulated dates).
 
     An existing store whose stored statistics are unphysical (made by a generator whose zonal-mean Laplacian inverse
     blew up on some numpy/LAPACK builds, sp and z_500 ~1e12) is replaced by a new one.
@@ -134,7 +138,7 @@ def ensure_builtin_dataset(cache_dir: str | Path, *, seed: int = _DEFAULT_SEED) 
         _discard(path)
     start = time.perf_counter()
     try:
-        write_builtin_dataset(path, seed=seed)
+        write_builtin_dataset(path, seed=seed, progress=progress)
     except OSError:
         if path.exists():  # another process finished the same dataset first
             return path

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from anemo_like.progress import Progress
+
 N_LAT, N_LON = 32, 64
 N_DATES = 1460  # 365 days, 6-hourly
 FREQUENCY_HOURS = 6
@@ -352,19 +354,23 @@ class _TwoLayerModel:
         return stacked.reshape(*stacked.shape[:-2], N_LAT * N_LON)
 
 
-def simulate(*, seed: int, n_dates: int = N_DATES, spin_up_days: float = _SPIN_UP_DAYS) -> np.ndarray:
+def simulate(
+    *, seed: int, n_dates: int = N_DATES, spin_up_days: float = _SPIN_UP_DAYS, progress: bool = False
+) -> np.ndarray:
     """Prognostic fields (n_dates, len(PROGNOSTIC), N_LAT * N_LON) float32 in physical units, every 6 h after the
-    spin-up; ``seed`` sets the initial perturbation."""
+    spin-up; ``seed`` sets the initial perturbation; ``progress`` shows the dates done (:mod:`anemo_like.progress`)."""
     model = _TwoLayerModel(_Sphere())
     current = model.initial_state(np.random.default_rng(seed))
     previous = current.copy()
     for _ in range(round(spin_up_days * 86400 / _STEP_SECONDS)):
         previous, current = model.step(previous, current)
     states = np.empty((n_dates, *current.shape))
-    for i in range(n_dates):
-        for _ in range(FREQUENCY_HOURS * 3600 // _STEP_SECONDS if i else 0):
-            previous, current = model.step(previous, current)
-        states[i] = current
+    with Progress(total=n_dates, desc="built-in dataset", unit="date", enabled=progress) as shown:
+        for i in range(n_dates):
+            for _ in range(FREQUENCY_HOURS * 3600 // _STEP_SECONDS if i else 0):
+                previous, current = model.step(previous, current)
+            states[i] = current
+            shown.update()
     values = model.variables(states)
     check_physical(values, what=f"built-in dataset simulation (seed {seed})")
     return values.astype(np.float32)

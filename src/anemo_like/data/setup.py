@@ -181,7 +181,9 @@ def writable_cache_dir(config: RunConfig) -> Path:
 def resolve_dataset_path(config: RunConfig) -> Path:
     """The dataset's path (the built-in one generated on first use); checks the cache folder can be written first."""
     if config.data.dataset == "builtin":
-        return ensure_builtin_dataset(writable_cache_dir(config), seed=config.data.builtin_seed)
+        return ensure_builtin_dataset(
+            writable_cache_dir(config), seed=config.data.builtin_seed, progress=config.diagnostics.progress_bar
+        )
     if config.graph.cache:
         writable_cache_dir(config)
     return Path(config.data.dataset).expanduser()

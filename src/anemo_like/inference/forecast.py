@@ -14,24 +14,26 @@ from torch import nn
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.inputs import ForecastInputs
 from anemo_like.models.rollout import ForecastSpec, rollout
-from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+from anemo_like.progress import Progress
+from anemo_like.runtime.process_memory import current_rss_mib, peak_memory_mib, reset_peak_rss
 
 LOG = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def peak_memory_mib(device: torch.device) -> float | None:
-    """Peak memory so far, MiB: CUDA's max allocated on a GPU, else the process's VmHWM (None where unknown)."""
+def memory_in_use_mib(device: torch.device) -> float | None:
+    """Memory in use now, MiB: CUDA allocated on a GPU (the context excluded), else the process's resident size
+    (VmRSS: interpreter, imported libraries and heap included)."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return peak_rss_mib()
+        return torch.cuda.memory_allocated(device) / 2**20
+    return current_rss_mib()
 
 
 def start_memory_mib(device: torch.device) -> float | None:
     """Reset the peak counter and return the memory in use now, MiB (CUDA allocated, else resident)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device) / 2**20
+        return memory_in_use_mib(device)
     return current_rss_mib() if reset_peak_rss() else None
 
 
@@ -57,7 +59,7 @@ class ForecastStats:
 
 
 def _log_step(label: str, step: int, inputs: ForecastInputs, seconds: float, device: torch.device) -> None:
-    LOG.info(
+    LOG.debug(
         "forecast %s step %d/%d (+%s): %.3f s, peak memory %s",
         label,
         step + 1,
@@ -66,6 +68,16 @@ def _log_step(label: str, step: int, inputs: ForecastInputs, seconds: float, dev
         seconds,
         format_mib(peak_memory_mib(device)),
     )
+
+
+def _read_windows(inputs: ForecastInputs, init_indices: np.ndarray, grid: slice) -> np.ndarray:
+    """The input windows of ``init_indices`` (B,), (B, T, g, V_in) float32, each written in place (no stacked copy)."""
+    times, variables = inputs.window_shape
+    points = len(range(*grid.indices(inputs.store.shape[-1])))
+    windows = np.empty((len(init_indices), times, points, variables), np.float32)
+    for window, index in zip(windows, init_indices, strict=True):
+        inputs.window(int(index), grid, out=window)
+    return windows
 
 
 @torch.inference_mode()
@@ -78,13 +90,15 @@ def run_forecasts(
     batch_size: int,
     grid: slice = slice(None),
     gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    progress: bool = False,
 ) -> tuple[np.ndarray, ForecastStats]:
     """Forecasts (N, L, G, V_out) float32 in physical units from the N initial dates, L = ``inputs.steps``.
 
     Each step feeds the predicted prognostic variables back, with the forcings of the new valid time; diagnostic
     outputs are never fed back. ``model`` (on ``device``, in ``dtype``) gets its inputs in ``dtype``. A sharded
     model's ranks read their ``grid`` block of the inputs and ``gather`` the blocks on the device, (B, T, g, V) ->
-    (B, T, G, V).
+    (B, T, G, V), only for the times each step reads (the rollout's ``gather``). ``progress`` shows the steps done
+    (:mod:`anemo_like.progress`; each step's time and peak memory are logged at DEBUG level).
     """
     roles = inputs.roles
     num_inputs = len(roles.input)
@@ -100,23 +114,24 @@ def run_forecasts(
         output_positions=list(range(len(roles.prognostic))),  # the targets: unknown (NaN) here, ignored
         num_prognostic=len(roles.prognostic),
     ).on(device)
-    for first in range(0, len(init_indices), batch_size):
-        chunk = init_indices[first : first + batch_size]
-        batch = torch.from_numpy(np.stack([inputs.window(int(i), grid) for i in chunk])).to(device, dtype)
-        if gather is not None:
-            batch = gather(batch)
-        label = str(inputs.store.dates[chunk[0]]) + (f" (+{len(chunk) - 1} more)" if len(chunk) > 1 else "")
-        predictions = rollout(model, batch, spec, steps=inputs.steps)
-        for step in range(inputs.steps):
-            clock = time.perf_counter()
-            prediction, _ = next(predictions)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds = time.perf_counter() - clock
-            step_seconds += seconds
-            values = prediction.float().cpu().numpy()  # (B, G, V_out) normalised
-            forecasts[first : first + len(chunk), step] = out.denormalize(values, axis=-1)
-            _log_step(label, step, inputs, seconds, device)
+    with Progress(len(init_indices) * inputs.steps, desc="forecast", unit="step", enabled=progress) as bar:
+        for first in range(0, len(init_indices), batch_size):
+            chunk = init_indices[first : first + batch_size]
+            batch = torch.from_numpy(_read_windows(inputs, chunk, grid)).to(device, dtype)
+            label = str(inputs.store.dates[chunk[0]]) + (f" (+{len(chunk) - 1} more)" if len(chunk) > 1 else "")
+            predictions = rollout(model, batch, spec, steps=inputs.steps, gather=gather)
+            for step in range(inputs.steps):
+                clock = time.perf_counter()
+                prediction, _ = next(predictions)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                seconds = time.perf_counter() - clock
+                step_seconds += seconds
+                values = prediction.float().cpu().numpy()  # (B, G, V_out) normalised
+                forecasts[first : first + len(chunk), step] = out.denormalize(values, axis=-1)
+                _log_step(label, step, inputs, seconds, device)
+                lead = format_frequency(inputs.step * (step + 1))
+                bar.update(len(chunk), date=label, lead=lead, memory=format_mib(peak_memory_mib(device)))
     stats = ForecastStats(
         seconds=time.perf_counter() - started,
         step_seconds=step_seconds,

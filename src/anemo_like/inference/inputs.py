@@ -116,27 +116,53 @@ class ForecastInputs:
     def output_normalizer(self) -> Normalizer:
         return subset(self.normalizer, self.roles.output)
 
-    def window(self, init_index: int, grid: slice = slice(None)) -> np.ndarray:
+    @property
+    def window_shape(self) -> tuple[int, int]:
+        """(T, V_in) of :meth:`window`: input times plus lead times, model input variables."""
+        return self.multistep + self.steps, len(self.roles.input)
+
+    def window(self, init_index: int, grid: slice = slice(None), out: np.ndarray | None = None) -> np.ndarray:
         """Model inputs at the ``multistep`` input times and the ``steps`` lead times, normalised, float32
         (multistep + steps, G, V_in) in the order [prognostic, forcing, computed forcing]; ``grid``: read only this
-        block of the grid points (G its length).
+        block of the grid points (G its length); ``out``: write into this array of that shape instead of a new one.
 
         Prognostic values after the initial date are NaN (the forecast supplies them); dataset forcings after the
-        dataset's last date hold the last value read (only constant ones are used, see :func:`open_inputs`).
+        dataset's last date hold the last value read (only constant ones are used, see :func:`open_inputs`). Read,
+        normalised and written one date at a time, so the temporaries are those of one date's fields.
         """
-        store, m, stride = self.store, self.multistep, self.stride
+        store, m = self.store, self.multistep
         names = self.roles.prognostic + self.roles.forcing
         offsets = np.arange(1 - m, self.steps + 1)
-        first = init_index + offsets[0] * stride
-        last_read = min(init_index + self.steps * stride, len(store.dates) - 1)
-        raw = store.read(slice(first, last_read + 1, stride), store.variable_indices(names), grid=grid)  # (T', V, G)
-        raw = raw[np.minimum(np.arange(len(offsets)), len(raw) - 1)]
-        values = subset(self.normalizer, names).normalize(raw, axis=1)
         valid_times = store.dates[init_index] + offsets * np.timedelta64(int(self.step.total_seconds()), "s")
-        self._check_finite(values[:m], valid_times[:m], names, store.dates[init_index])
-        values[m:, : len(self.roles.prognostic)] = np.nan
-        forcing = computed_forcings(self.roles.computed, valid_times, store.longitudes[grid])
-        return np.ascontiguousarray(np.concatenate([values, forcing], axis=1).transpose(0, 2, 1))
+        rows = self._dataset_rows(init_index, offsets)
+        longitudes = store.longitudes[grid]
+        if out is None:
+            out = np.empty((len(offsets), len(longitudes), self.window_shape[1]), np.float32)
+        states = np.stack([self._read_date(int(row), names, grid) for row in rows[:m]])  # (m, V, G)
+        self._check_finite(states, valid_times[:m], names, store.dates[init_index])
+        values = states[-1]
+        for t, row in enumerate(rows):
+            if t < m:
+                values = states[t]
+            elif row != rows[t - 1]:
+                values = self._read_date(int(row), names, grid)
+            out[t, :, : len(names)] = values.T
+            out[t, :, len(names) :] = computed_forcings(self.roles.computed, valid_times[t : t + 1], longitudes)[0].T
+        out[m:, :, : len(self.roles.prognostic)] = np.nan
+        return out
+
+    def _dataset_rows(self, init_index: int, offsets: np.ndarray) -> np.ndarray:
+        """Dataset index of every valid time ``init + offsets * step`` (T,); beyond the dataset's last date, the last
+        date read (every ``stride`` dates from the first)."""
+        first = init_index + offsets[0] * self.stride
+        last_read = min(init_index + offsets[-1] * self.stride, len(self.store.dates) - 1)
+        read = (last_read - first) // self.stride + 1
+        return first + np.minimum(np.arange(len(offsets)), read - 1) * self.stride
+
+    def _read_date(self, row: int, names: list[str], grid: slice) -> np.ndarray:
+        """The normalised ``names`` at dataset date ``row``, (V, G) float32."""
+        raw = self.store.read(slice(row, row + 1), self.store.variable_indices(names), grid=grid)  # (1, V, G)
+        return subset(self.normalizer, names).normalize(raw, axis=1)[0]
 
     def _check_finite(self, values: np.ndarray, dates: np.ndarray, names: list[str], init: np.datetime64) -> None:
         """Non-finite input states (T, V, G): zeroed in place under ``nan_policy: mask``, else an error naming them."""

@@ -58,19 +58,29 @@ class InferenceRanks:
 
     def input_block(self, points: int) -> tuple[slice, Callable[[Tensor], Tensor] | None]:
         """This rank's block of the ``points`` grid points to read, and the gather (over its model copy, on the
-        device, grid dimension 2) that makes the whole grid of every rank's block; the whole grid and no gather
+        device, :func:`gather_grid`) that makes the whole grid of every rank's block; the whole grid and no gather
         for a copy of one rank."""
         groups = self.groups
         if groups.model_size == 1:
             return slice(None), None
         bounds = node_shard_bounds(points, groups.model_size)
         sizes = [stop - start for start, stop in bounds]
-        return slice(*bounds[groups.model_rank]), lambda x: gather_nodes(x, groups.model_group, sizes, dim=2)
+        return slice(*bounds[groups.model_rank]), lambda x: gather_grid(x, groups.model_group, sizes)
 
     def share(self, inputs: ForecastInputs) -> ForecastInputs:
         """The inputs of this rank's copy: its block of the initial dates."""
         start, stop = self.date_bounds(len(inputs.init_indices))[self.groups.dp_rank]
         return dataclasses.replace(inputs, init_indices=inputs.init_indices[start:stop])
+
+
+def gather_grid(x: Tensor, group: ProcessGroup, sizes: list[int]) -> Tensor:
+    """Every rank's grid block of input states, (B, T, g, V) -> (B, T, G, V), gathered one time at a time into the
+    whole tensor: the temporaries are those of one time's fields."""
+    batch, times, _, variables = x.shape
+    whole = x.new_empty((batch, times, sum(sizes), variables))
+    for time in range(times):
+        whole[:, time] = gather_nodes(x[:, time].contiguous(), group, sizes, dim=1)
+    return whole
 
 
 def ranks_per_copy(config: InferenceConfig, trained: RunConfig, world_size: int) -> int:

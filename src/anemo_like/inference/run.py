@@ -12,7 +12,7 @@ from anemo_like.checkpoints.inference import InferenceBundle, load_inference_che
 from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
-from anemo_like.inference.forecast import DTYPES, format_mib, run_forecasts
+from anemo_like.inference.forecast import DTYPES, format_mib, memory_in_use_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.output import (
     check_finite_forecasts,
@@ -28,6 +28,7 @@ from anemo_like.interrupts import phase
 from anemo_like.runtime.backends import check_backends
 from anemo_like.runtime.heap_release import set_heap_release
 from anemo_like.runtime.inference_environment import check_inference_environment
+from anemo_like.runtime.process_memory import peak_memory_mib
 
 LOG = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class PreparedRun:
     output: Path
     verification_output: Path
     plot_variable: str
+    runtime_mib: float | None  # in use before the checkpoint load: the interpreter and imports (resident on CPU)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,10 +75,12 @@ def _check_verification(config: InferenceConfig, inputs: ForecastInputs) -> str:
     return name
 
 
-def prepare(config: InferenceConfig) -> PreparedRun:
+def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> PreparedRun:
     """Load the checkpoint and check it against the dataset, dates and output paths before any forecast runs.
 
-    Every problem raises ValueError or FileNotFoundError with one message naming the file or key (exit 2).
+    ``runtime_mib``: resident memory after the imports (before any process group), which the memory log lines of a
+    CPU run count from; measured here when not given, and on a GPU the device memory allocated here. Every problem
+    raises ValueError or FileNotFoundError with one message naming the file or key (exit 2).
     """
     check_inference_environment()  # a bad ANEMOI_INFERENCE_* variable fails here, not mid-run
     launch = launch_environment()
@@ -88,6 +92,8 @@ def prepare(config: InferenceConfig) -> PreparedRun:
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     device = select_device(config.device, launch.local_rank, key="device")
+    if runtime_mib is None or device.type == "cuda":
+        runtime_mib = memory_in_use_mib(device)
     checkpoint = Path(config.checkpoint).expanduser().absolute()
     bundle = load_inference_checkpoint(checkpoint, device=device)
     check_backends(bundle.config.model, torch.device(device), DTYPES[config.precision])
@@ -119,6 +125,7 @@ def prepare(config: InferenceConfig) -> PreparedRun:
         output=output,
         verification_output=verification_output,
         plot_variable=plot_variable,
+        runtime_mib=runtime_mib,
     )
 
 
@@ -127,6 +134,7 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
     log the summary line, then verify if asked (None on the other ranks)."""
     config, inputs, ranks = prepared.config, prepared.inputs, prepared.ranks
     grid, gather = ranks.input_block(inputs.store.shape[-1])
+    setup_peak = peak_memory_mib(prepared.device)  # loading and placing the model (the forecasts reset the peak)
     with phase("the forecasts"):
         forecasts, stats = run_forecasts(
             prepared.bundle.model,
@@ -136,12 +144,16 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
             batch_size=config.batch_size,
             grid=grid,
             gather=gather,
+            progress=ranks.launch.rank == 0,
         )
+        peak = _largest(setup_peak, stats.peak_mib)
         LOG.info(
-            "rank %d: peak memory %s (forecasts: +%s above the loaded model)",
+            "rank %d: peak memory %s (forecasts: +%s above the loaded model; run: +%s above the %s after imports)",
             ranks.launch.rank,
-            format_mib(stats.peak_mib),
+            format_mib(peak),
             format_mib(stats.forecast_peak_mib),
+            format_mib(None if peak is None or prepared.runtime_mib is None else peak - prepared.runtime_mib),
+            format_mib(prepared.runtime_mib),
         )
         forecasts = gather_forecasts(forecasts, ranks, len(inputs.init_indices))
     if forecasts is None:
@@ -159,7 +171,7 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
         stats.steps,
         stats.seconds,
         stats.step_seconds / (stats.forecasts * stats.steps),
-        format_mib(stats.peak_mib),
+        format_mib(peak),
         format_mib(stats.forecast_peak_mib),
         prepared.output,
     )
@@ -167,6 +179,11 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
         return InferenceOutputs(forecast=prepared.output, verification=None, verification_output=None)
     with phase("verification", saved=lambda: f"the forecast {prepared.output} is written"):
         return _verify(prepared)
+
+
+def _largest(*values: float | None) -> float | None:
+    """The largest known value (None when none is known)."""
+    return max((v for v in values if v is not None), default=None)
 
 
 def _verify(prepared: PreparedRun) -> InferenceOutputs:

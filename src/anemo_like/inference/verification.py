@@ -14,7 +14,6 @@ from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
-from anemo_like.diagnostics.plots import plot_forecast_map, plot_rmse_by_lead
 from anemo_like.inference.output import open_forecast
 from anemo_like.inference.scores import ErrorSums, Verification
 
@@ -128,6 +127,8 @@ def _write(
     request: VerificationRequest, result: Verification, *, forecast: xr.Dataset, truth_index: np.ndarray
 ) -> None:
     """verification.md, rmse_by_lead.png and forecast_map.png in ``request.output``."""
+    from anemo_like.diagnostics.plots import plot_forecast_map, plot_rmse_by_lead  # matplotlib: on this rank only
+
     out = request.output
     out.mkdir(parents=True, exist_ok=True)
     title = f"# Verification of {request.forecast}\n\nTruth: {request.store.path}; area-weighted, physical units.\n\n"

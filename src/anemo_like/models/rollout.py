@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -32,19 +32,34 @@ class ForecastSpec:
         )
 
 
-def rollout(model: nn.Module, batch: Tensor, spec: ForecastSpec, *, steps: int) -> Iterator[tuple[Tensor, Tensor]]:
+def rollout(
+    model: nn.Module,
+    batch: Tensor,
+    spec: ForecastSpec,
+    *,
+    steps: int,
+    gather: Callable[[Tensor], Tensor] | None = None,
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (prediction, target) for ``steps`` autoregressive steps.
 
-    batch: (B, multistep + steps, G, V_sample) normalised; prediction and target: (B, G, V_out).
+    batch: (B, multistep + steps, G, V_sample) normalised; prediction and target: (B, G, V_out). With ``gather``
+    the batch holds this rank's block of the grid, (B, multistep + steps, g, V_sample), and ``gather`` makes the
+    whole grid ((B, T, g, V) -> (B, T, G, V)) of the times each step reads, so no rank holds the whole batch.
     """
     inputs = torch.as_tensor(spec.input_positions, device=batch.device)
     outputs = torch.as_tensor(spec.output_positions, device=batch.device)
-    x = batch[:, : spec.multistep].index_select(-1, inputs)
+
+    def times(start: int, stop: int) -> Tensor:
+        block = batch[:, start:stop]
+        return block if gather is None else gather(block)
+
+    x = times(0, spec.multistep).index_select(-1, inputs)
     for step in range(steps):
         prediction = model(x)
         time = spec.multistep + step
-        yield prediction, batch[:, time].index_select(-1, outputs)
+        sample = times(time, time + 1)[:, 0]
+        yield prediction, sample.index_select(-1, outputs)
         if step + 1 < steps:
-            known = batch[:, time].index_select(-1, inputs)
+            known = sample.index_select(-1, inputs)
             state = torch.cat([prediction[..., : spec.num_prognostic], known[..., spec.num_prognostic :]], dim=-1)
             x = torch.cat([x[:, 1:], state.unsqueeze(1)], dim=1)

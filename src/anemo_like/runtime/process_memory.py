@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 
 def _status_kib(field: str) -> int | None:
     try:
@@ -47,3 +49,10 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def peak_memory_mib(device: torch.device) -> float | None:
+    """Peak memory so far, MiB: CUDA's max allocated on a GPU, else the process's VmHWM (None where unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return peak_rss_mib()

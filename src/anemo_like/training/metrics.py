@@ -10,14 +10,18 @@ from pathlib import Path
 
 import torch
 
+from anemo_like.tracking.tracker import Tracker
+
 LOG = logging.getLogger(__name__)
 
 
 class MetricsLog:
-    """Append-only JSON-lines metrics file; on resume, records after the resumed step are dropped."""
+    """Append-only JSON-lines metrics file; on resume, records after the resumed step are dropped. Every record
+    written also goes to ``tracker`` (experiment tracking), when there is one."""
 
-    def __init__(self, path: Path, *, keep_until_step: int, write: bool = True) -> None:
+    def __init__(self, path: Path, *, keep_until_step: int, write: bool = True, tracker: Tracker | None = None) -> None:
         self.path = path
+        self.tracker = tracker
         self.records: list[dict] = []
         self.enabled = write  # other data-parallel ranks keep records in memory only
         if not write:
@@ -39,6 +43,8 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         self.records.append(record)
+        if self.tracker is not None:
+            self.tracker.log_metrics(record)
         if not self.enabled:
             return
         with self.path.open("a") as f:

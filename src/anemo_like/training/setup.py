@@ -1,5 +1,6 @@
 """Everything a training run is built from, set up in one fixed order by :func:`build_run`:
-seed → launch and process groups → data → graph → resolved config → model → parallelism → optimizer.
+seed → launch and process groups (and the tracking sender) → data → graph → resolved config → model → parallelism →
+optimizer.
 
 The process group itself is opened by the command (``anemo-train``, ``anemo-bench``, ``anemo-profile``) before
 this runs and closed by it afterwards.
@@ -43,6 +44,7 @@ from anemo_like.runtime.memory_plan import (
     resolve_auto_chunks,
 )
 from anemo_like.runtime.precision import PrecisionPlan, precision_plan
+from anemo_like.tracking.tracker import Tracker
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
 from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.optimizer import build_adamw
@@ -89,6 +91,7 @@ class Run:
     area_weight: torch.Tensor  # (G,)
     spec: ForecastSpec  # positions as tensors on the device
     grid_bounds: list[tuple[int, int]]  # the grid blocks each rank of a reader group reads
+    tracker: Tracker | None  # rank 0's experiment tracking (diagnostics.tracking), its sender already started
 
 
 def seed_everything(seed: int) -> None:
@@ -186,6 +189,8 @@ def build_run(config: RunConfig) -> Run:
         torch.set_num_threads(config.system.hardware.num_threads)
     seed_everything(config.training.seed)
     placement = place(config)
+    tracking = config.diagnostics.tracking  # the sender starts now: its imports overlap the set-up below
+    tracker = Tracker(tracking, placement.run_dir) if tracking.backend != "none" and placement.is_main else None
     data, graph = load_data_and_graph(config, placement.launch)
     precision = check_run_options(config, placement)
     config = config.model_copy(update={"model": resolve_chunks(config, graph=graph, data=data, placement=placement)})
@@ -216,6 +221,7 @@ def build_run(config: RunConfig) -> Run:
         area_weight=area_weight,
         spec=spec.on(placement.device),
         grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),
+        tracker=tracker,
     )
 
 

@@ -34,6 +34,8 @@ from anemo_like.distributed.stop_vote import StopVote
 from anemo_like.interrupts import phase, stop_requests
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.rollout import rollout
+from anemo_like.progress import Progress
+from anemo_like.runtime.process_memory import peak_memory_mib
 from anemo_like.training.cuda_graphs import CapturedStep
 from anemo_like.training.hooks import StepHook, default_hooks
 from anemo_like.training.metrics import LossWindow, MetricsLog
@@ -41,9 +43,9 @@ from anemo_like.training.nonfinite import NonFiniteSteps, TrainingDiverged, grad
 from anemo_like.training.optimizer import set_learning_rate, step_unless
 from anemo_like.training.outputs import RunOutputs, forecast_sample, write_run_outputs
 from anemo_like.training.preemption import Preempted
-from anemo_like.training.progress import Progress
 from anemo_like.training.schedule import learning_rate, rollout_steps
 from anemo_like.training.setup import build_run, log_run
+from anemo_like.training.tracking import log_outputs, open_tracker, tracked
 from anemo_like.training.validation import Scoring, ValidationResult, validate
 
 LOG = logging.getLogger(__name__)
@@ -245,6 +247,7 @@ class Trainer:
             limit_batches=cfg.dataloader.limit_batches.val,
             prepare=self.prepare_batch,
             autocast=self.precision.autocast,
+            progress=cfg.diagnostics.progress_bar and self.is_main,
         )
 
     # -------------------------------------------------------------------------------------------- loop
@@ -252,10 +255,15 @@ class Trainer:
         """Train to ``training.max_steps``; returns the outputs on rank 0 (None on other data-parallel ranks).
         ``hooks`` default to :func:`default_hooks`; each is closed on every exit path."""
         hooks = default_hooks(self) if hooks is None else hooks
-        metrics = MetricsLog(self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main)
+        tracker = open_tracker(self.run, step=self.step)
+        metrics = MetricsLog(
+            self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main, tracker=tracker
+        )
         started = time.perf_counter()
-        with phase("the end of the run (final validation and outputs)", saved=self._saved_for_resume):
-            return self._fit(metrics, hooks, started)
+        with tracked(tracker), phase("the end of the run (final validation and outputs)", saved=self._saved_for_resume):
+            outputs = self._fit(metrics, hooks, started)
+            log_outputs(tracker, outputs, log_model=self.config.diagnostics.tracking.log_model)
+            return outputs
 
     def _saved_for_resume(self) -> str | None:
         """What a stop signal leaves, when the last step is checkpointed (the outputs are then written by resuming)."""
@@ -288,8 +296,8 @@ class Trainer:
         cfg = self.config
         batches = iter(self.train_loader(self.step * cfg.dataloader.batch_size.train * self.groups.dp_size))
         stop_vote = StopVote()
-        show = cfg.diagnostics.progress_bar and self.is_main
-        progress = Progress(total=cfg.training.max_steps, start=self.step, enabled=show)
+        show, every = cfg.diagnostics.progress_bar and self.is_main, cfg.diagnostics.log_every_n_steps
+        progress = Progress(cfg.training.max_steps, desc="training", initial=self.step, enabled=show, log_every=every)
         losses, result, first_step = LossWindow(self.device), None, self.step
         self.model.train()
         self._last_save = time.perf_counter()
@@ -308,6 +316,8 @@ class Trainer:
                 preempted, out_of_time, diverged = stop_vote((preemption.received is not None, over_budget, diverging))
                 if due_log or out_of_time or preempted or diverged:
                     self._log_losses(metrics, progress, losses)
+                else:
+                    progress.update_to(self.step)
                 if last:  # with several ranks this step's vote is still posted: what it decides acts now
                     final = stop_vote.finish() or (False,) * 3
                     preempted, diverged = preempted or final[0], diverged or final[2]
@@ -330,10 +340,10 @@ class Trainer:
             "train_loss": float(mean_over_ranks(losses.total)) / losses.count,
             "lr": float(self.optimizer.param_groups[0]["lr"]),  # a tensor under CUDA graphs
             "rollout": rollout_steps(self.step - 1, config=self.config.training.rollout),
-            "it_per_s": progress.rate(self.step),
+            "peak_memory_mib": peak_memory_mib(self.device),  # CUDA max allocated, or VmHWM on CPU
         }
-        metrics.write(record)
-        progress.update(self.step, loss=record["train_loss"])
+        progress.update_to(self.step, loss=record["train_loss"], rollout=record["rollout"])
+        metrics.write({**record, "it_per_s": progress.rate()})
         losses.reset()
 
     def _stop_diverged(self, progress: Progress, first_step: int) -> None:

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.models.rollout import ForecastSpec, rollout
+from anemo_like.progress import Progress
 
 
 @dataclass
@@ -135,27 +136,32 @@ def validate(
     limit_batches: int | None = None,
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
     autocast: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+    progress: bool = False,
 ) -> ValidationResult:
     """Score ``steps`` autoregressive steps on every validation sample (at most ``limit_batches`` batches).
 
     Non-finite targets (``data.nan_policy: mask``) are left out: each RMSE is over the points that have a target.
     ``prepare`` makes a loader batch ready on ``device`` (default: a copy there); ``autocast`` wraps the forward.
+    ``progress`` shows the batches done (:mod:`anemo_like.progress`).
     """
     was_training = model.training
     model.eval()
     sums = _ErrorSums(scoring, steps=steps, num_prognostic=spec.num_prognostic, device=device)
     prognostic_inputs = torch.as_tensor(spec.input_positions, device=device)[: spec.num_prognostic]
     samples = 0
-    for i, batch in enumerate(loader):
-        if limit_batches is not None and i >= limit_batches:
-            break
-        batch = batch.to(device) if prepare is None else prepare(batch)
-        last_state = batch[:, spec.multistep - 1].index_select(-1, prognostic_inputs).float()
-        with autocast():
-            predictions = list(rollout(model, batch, spec, steps=steps))
-        for step, (prediction, target) in enumerate(predictions):
-            sums.add(step, prediction.float(), target.float(), last_state)
-        samples += batch.shape[0]
+    total = len(loader) if limit_batches is None else min(len(loader), limit_batches)
+    with Progress(total=total, desc="validation", unit="batch", enabled=progress, leave=False) as shown:
+        for i, batch in enumerate(loader):
+            if i >= total:
+                break
+            batch = batch.to(device) if prepare is None else prepare(batch)
+            last_state = batch[:, spec.multistep - 1].index_select(-1, prognostic_inputs).float()
+            with autocast():
+                predictions = list(rollout(model, batch, spec, steps=steps))
+            for step, (prediction, target) in enumerate(predictions):
+                sums.add(step, prediction.float(), target.float(), last_state)
+            samples += batch.shape[0]
+            shown.update()
     model.train(was_training)
     if samples == 0:
         raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_batches.val")
