@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 from mlflow.tracking import MlflowClient
 from mlflow_server import MlflowServer
 
@@ -159,3 +162,20 @@ def test_anemo_sync_refuses_a_folder_without_a_record(tmp_path, capsys) -> None:
         anemo_sync([str(tmp_path)])
     assert stop.value.code == 2
     assert f"{tmp_path} holds no tracking record" in capsys.readouterr().err
+
+
+def test_anemo_train_tracks_through_the_sender_it_starts_first(tmp_path, cache_dir, server) -> None:
+    """The command starts the sender before importing torch; the run reaches the server complete."""
+    run_dir = tmp_path / "cli"
+    command = [
+        str(Path(sys.executable).with_name("anemo-train")), "--config-name=quickstart", *TINY_MODEL,
+        "training.max_steps=4", "diagnostics.plots=false", "diagnostics.tracking.backend=mlflow",
+        f"diagnostics.tracking.tracking_uri={server.uri}", "diagnostics.tracking.experiment_name=cli",
+        f"system.paths.cache={cache_dir}", f"hydra.run.dir={run_dir}",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    view = server_view(MlflowClient(server.uri), mlflow_run_id(run_dir, server.uri))
+    assert view["status"] == "FINISHED"
+    assert view["metrics"]["train_loss"] == sorted(losses(run_dir).items())
+    assert {"config.yaml", "validation.md", "metrics.jsonl"} <= view["artifacts"]

@@ -17,6 +17,9 @@ class TrackingUnavailable(RuntimeError):
     """MLflow is not installed."""
 
 
+NEEDS_MLFLOW = "diagnostics.tracking.backend=mlflow needs MLflow: pip install 'anemo-like[tracking]'"
+
+
 def default_tracking_uri(run_dir: Path) -> str:
     """A local MLflow store beside the run folder: ``sqlite:///<parent>/mlflow.db`` (no server needed)."""
     return f"sqlite:///{run_dir.resolve().parent / 'mlflow.db'}"
@@ -41,9 +44,7 @@ class MlflowTarget:
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
-            raise TrackingUnavailable(
-                "diagnostics.tracking.backend=mlflow needs MLflow: pip install 'anemo-like[tracking]'"
-            ) from None
+            raise TrackingUnavailable(NEEDS_MLFLOW) from None
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
 

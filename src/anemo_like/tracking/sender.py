@@ -1,14 +1,17 @@
-"""The sender process: ``python -m anemo_like.tracking.sender RUN_DIR URI EVERY_S``.
+"""The sender process: ``python -m anemo_like.tracking.sender URI EVERY_S``.
 
-Started by the training process (:class:`~anemo_like.tracking.background.SenderProcess`) while the run is set up,
-it copies the run's new events to the tracking server at once and then every ``EVERY_S`` seconds. MLflow's
-import, its store and every request run here, not in the training process, so they never hold the training's
-interpreter lock. A line ``stop`` on its stdin, or the end of stdin (the training process ended or died), makes
-one last attempt; the exit status is 0 when the server then holds the whole run, 3 when not.
+Started by the training process (:class:`~anemo_like.tracking.background.SenderProcess`) before it imports torch,
+it imports MLflow and opens the store at ``URI`` on another core, then waits for one line on stdin: the run as
+JSON (``{"run_dir": ..., "uri": ...}``), or ``{"cancel": true}`` / the end of stdin (nothing to track). It then
+sends the run's new events at once and every ``EVERY_S`` seconds. MLflow's import, its store and every request run
+here, not in the training process, so they never hold the training's interpreter lock. A line ``stop``, or the
+end of stdin (the training process ended or died), makes one last attempt; the exit status is 0 when the server
+then holds the whole run, 3 when not.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import select
 import sys
@@ -25,9 +28,8 @@ MAX_BACKOFF_S = 60.0
 class Sender:
     """Attempts to send; a failing server is reported in one warning line, and one when it answers again."""
 
-    def __init__(self, record: RunRecord, uri: str) -> None:
-        self.record, self.uri = record, uri
-        self.target: MlflowTarget | None = None
+    def __init__(self, record: RunRecord, uri: str, target: MlflowTarget | None = None) -> None:
+        self.record, self.uri, self.target = record, uri, target
         self.failing = False
 
     def send(self) -> bool:
@@ -61,11 +63,26 @@ def stop_requested(wait_s: float) -> bool:
     return line == "" or line.strip() == "stop"
 
 
+def warm_target(uri: str) -> MlflowTarget | None:
+    """MLflow imported and the store at ``uri`` opened (None when that fails: :class:`Sender` tries again)."""
+    try:
+        return MlflowTarget(uri)
+    except Exception:
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
-    run_dir, uri, every_s = argv or sys.argv[1:]
+    uri, every_s = argv or sys.argv[1:]
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    sender, wait = Sender(RunRecord(Path(run_dir)), uri), float(every_s)
-    sender.send()  # at once: MLflow's import and the store's opening overlap the run's set-up
+    target = warm_target(uri)
+    line = sys.stdin.readline()
+    request = json.loads(line) if line.strip() else {"cancel": True}
+    if request.get("cancel"):
+        return
+    run_uri = request["uri"]
+    sender = Sender(RunRecord(Path(request["run_dir"])), run_uri, target if run_uri == uri else None)
+    wait = float(every_s)
+    sender.send()
     while not stop_requested(wait):
         wait = float(every_s) if sender.send() else min(2 * wait, MAX_BACKOFF_S)
     sys.exit(0 if sender.send() else 3)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 from anemo_like.config.system_schema import TrackingConfig
 from anemo_like.tracking.background import SenderProcess
-from anemo_like.tracking.mlflow_target import default_tracking_uri
+from anemo_like.tracking.mlflow_target import NEEDS_MLFLOW, TrackingUnavailable, default_tracking_uri
 from anemo_like.tracking.record import RunIdentity, RunRecord, now_ms
 
 PARAM_VALUE_CHARS = 6000  # MLflow's limit on one parameter value
@@ -32,7 +33,9 @@ class Tracker:
     already holds a record is the same run resumed: it continues the same MLflow run, and metrics of steps already
     recorded (re-run after the resumed checkpoint) are not recorded twice."""
 
-    def __init__(self, config: TrackingConfig, run_dir: Path) -> None:
+    def __init__(self, config: TrackingConfig, run_dir: Path, *, sender: SenderProcess | None = None) -> None:
+        if importlib.util.find_spec("mlflow") is None:
+            raise TrackingUnavailable(NEEDS_MLFLOW)
         self.config = config
         self.record = RunRecord(run_dir)
         self.resumed = self.record.exists()
@@ -48,8 +51,12 @@ class Tracker:
             )
         self.uri = self.record.identity().tracking_uri
         self.recorded_steps = self.record.logged_steps()
-        self.sender = SenderProcess(self.record, self.uri, every_s=config.send_every_s)
-        self.sender.start()  # it imports MLflow and opens the store while the run is set up
+        if sender is None or sender.uri != self.uri:  # none started early, or a resumed run's record names another
+            if sender is not None:
+                sender.cancel()
+            sender = SenderProcess(self.uri, every_s=config.send_every_s)
+        self.sender = sender
+        self.sender.begin(self.record)
 
     def start(self, *, params: dict[str, Any], tags: dict[str, str], config_yaml: str, step: int) -> None:
         """Record the run's parameters (once per run), tags and resolved config, as training starts at ``step``."""

@@ -44,6 +44,7 @@ from anemo_like.runtime.memory_plan import (
     resolve_auto_chunks,
 )
 from anemo_like.runtime.precision import PrecisionPlan, precision_plan
+from anemo_like.tracking.background import SenderProcess
 from anemo_like.tracking.tracker import Tracker
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
 from anemo_like.training.loss import WeightedMSE
@@ -98,6 +99,16 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def open_tracking(config: RunConfig, placement: Placement, sender: SenderProcess | None) -> Tracker | None:
+    """Rank 0's tracker (``diagnostics.tracking``), its sender running; other ranks stop an early-started sender."""
+    tracking = config.diagnostics.tracking
+    if tracking.backend == "none" or not placement.is_main:
+        if sender is not None:
+            sender.cancel()
+        return None
+    return Tracker(tracking, placement.run_dir, sender=sender)
 
 
 def place(config: RunConfig) -> Placement:
@@ -183,14 +194,14 @@ def build_model(config: RunConfig, *, graph: HeteroData, data: DataSetup, placem
     return model, parallel
 
 
-def build_run(config: RunConfig) -> Run:
-    """Set up a training run in the fixed order of this module's docstring."""
+def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None) -> Run:
+    """Set up a training run in the fixed order of this module's docstring. ``tracking_sender``: the tracking sender
+    the command started early (:meth:`SenderProcess.for_config`), if it did."""
     if config.system.hardware.num_threads:
         torch.set_num_threads(config.system.hardware.num_threads)
     seed_everything(config.training.seed)
     placement = place(config)
-    tracking = config.diagnostics.tracking  # the sender starts now: its imports overlap the set-up below
-    tracker = Tracker(tracking, placement.run_dir) if tracking.backend != "none" and placement.is_main else None
+    tracker = open_tracking(config, placement, tracking_sender)
     data, graph = load_data_and_graph(config, placement.launch)
     precision = check_run_options(config, placement)
     config = config.model_copy(update={"model": resolve_chunks(config, graph=graph, data=data, placement=placement)})

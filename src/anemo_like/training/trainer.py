@@ -36,6 +36,7 @@ from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.rollout import rollout
 from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import peak_memory_mib
+from anemo_like.tracking.background import SenderProcess
 from anemo_like.training.cuda_graphs import CapturedStep
 from anemo_like.training.hooks import StepHook, default_hooks
 from anemo_like.training.metrics import LossWindow, MetricsLog
@@ -54,8 +55,8 @@ LOG = logging.getLogger(__name__)
 class Trainer:
     """A training run: the parts from :func:`build_run`, resumed from ``training.resume`` when set."""
 
-    def __init__(self, config: RunConfig) -> None:
-        self.run = run = build_run(config)
+    def __init__(self, config: RunConfig, *, tracking_sender: SenderProcess | None = None) -> None:
+        self.run = run = build_run(config, tracking_sender=tracking_sender)
         self.config, self.model, self.optimizer = run.config, run.model, run.optimizer
         self.device, self.run_dir, self.groups = run.placement.device, run.placement.run_dir, run.placement.groups
         self.is_main, self.validates = run.placement.is_main, run.placement.validates
