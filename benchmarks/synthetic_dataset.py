@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Write an anemoi-datasets zarr of smooth random fields on any lat/lon grid, with the built-in dataset's variables.
+"""Write an anemoi-datasets zarr of smooth random fields on an octahedral reduced Gaussian grid (``O<N>``: O96 has
+40,320 points, O320 421,120) or a regular NLATxNLON grid, with the built-in dataset's variables.
 
 For profiling and benchmarking at sizes the built-in 32x64 dataset does not have, with the quickstart config
 unchanged but for ``data.dataset``. The dates straddle the quickstart's train/validation split (2000-11-01).
 
     python benchmarks/synthetic_dataset.py --grid 96x192 --out /tmp/ref-96x192.zarr
+    python benchmarks/synthetic_dataset.py --grid O96 --dates 60 --out /tmp/o96.zarr
     anemo-profile --doctor data.dataset=/tmp/ref-96x192.zarr graph.mesh_resolution=4 model.num_channels=256 ...
 """
 
@@ -16,6 +18,7 @@ import json
 import numpy as np
 
 from anemo_like.data.builtin import FORCINGS, PROGNOSTIC
+from anemo_like.data.grids import grid_from_name
 from anemo_like.data.zarr_store import write_anemoi_zarr
 
 
@@ -35,15 +38,16 @@ def smooth_fields(lat: np.ndarray, lon: np.ndarray, times: np.ndarray, count: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", default="96x192", help="NLATxNLON cell-centred grid")
+    parser.add_argument("--grid", default="96x192", help="O<N> (octahedral reduced Gaussian) or NLATxNLON grid")
     parser.add_argument("--dates", type=int, default=48, help="6-hourly dates from 2000-10-25")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="zarr path to create (must not exist)")
     args = parser.parse_args()
-    nlat, nlon = (int(n) for n in args.grid.lower().split("x"))
-    lats = -90.0 + (np.arange(nlat) + 0.5) * 180.0 / nlat
-    lons = np.arange(nlon) * 360.0 / nlon
-    lat_deg, lon_deg = (a.ravel() for a in np.meshgrid(lats, lons, indexing="ij"))
+    try:
+        grid = grid_from_name(args.grid)
+    except ValueError as error:
+        parser.error(str(error))
+    lat_deg, lon_deg = grid.latitudes, grid.longitudes
     lat, lon = np.deg2rad(lat_deg), np.deg2rad(lon_deg)
     dates = np.datetime64("2000-10-25T00:00:00", "s") + np.arange(args.dates) * np.timedelta64(6, "h")
     forcing = {
