@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from anemo_like.diagnostics.live_tensors import LiveTensorTracker
-from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
+from anemo_like.runtime.process_memory import current_rss_mib, peak_memory_mib, reset_peak_rss
 
 COMPONENTS = ("encoder", "processor", "decoder")
 STEP_PHASES = (
@@ -76,9 +76,7 @@ class PhaseClock:
         return current_rss_mib() or 0.0
 
     def _peak_mib(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return peak_rss_mib() or 0.0
+        return peak_memory_mib(self.device) or 0.0
 
     def _reset_peak(self) -> None:
         if self.device.type == "cuda":

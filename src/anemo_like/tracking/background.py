@@ -43,12 +43,12 @@ class SenderProcess:
 
     def cancel(self) -> None:
         """This process tracks nothing (a rank other than 0): the sender exits without sending."""
-        self._tell({"cancel": True})
+        self._tell({"cancel": True}, last=True)
         self.process.wait()
 
     def close(self, timeout_s: float = 120.0) -> bool:
         """Ask for one last attempt and wait for it; True when the server holds the whole run."""
-        self._tell("stop")
+        self._tell("stop", last=True)
         try:
             code = self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -63,12 +63,12 @@ class SenderProcess:
         )  # fmt: skip
         return False
 
-    def _tell(self, message: dict | str) -> None:
-        """One line to the sender (``stop`` closes its stdin as well); a sender already gone is not an error."""
+    def _tell(self, message: dict | str, *, last: bool = False) -> None:
+        """One line to the sender (``last``: then its stdin is closed); a sender already gone is not an error."""
         try:
             self.process.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
             self.process.stdin.flush()
-            if message == "stop" or (isinstance(message, dict) and message.get("cancel")):
+            if last:
                 self.process.stdin.close()
         except (OSError, ValueError):  # a broken pipe, or stdin closed already
             pass
