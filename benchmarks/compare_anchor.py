@@ -11,6 +11,13 @@ JSON line with the same figures to stdout. The targets of the speed issue are pr
     python benchmarks/compare_anchor.py --cases S --rounds 5
 
 Step memory is VmHWM during the steps minus RSS just before them for both (``peak_rss_steps_delta_mib``).
+
+``--plan-budget-from-anchor`` tests the memory plan: each round runs the anchor first and gives ours its measured
+step memory as ``--memory-budget-gb`` (num_chunks and gradient_checkpointing auto, AdamW on, live tensors
+counted); the table then adds the plan, its predicted peak and the measured tensor peak (within 15 % expected,
+CPU time ≤ 0.8 x the anchor's at R).
+
+    python benchmarks/compare_anchor.py --cases R --rounds 3 --plan-budget-from-anchor
 """
 
 from __future__ import annotations
@@ -70,6 +77,11 @@ def case_summary(case: str, anchor: list[dict], ours: list[dict]) -> dict:
     for phase in ("fwd", "bwd"):  # wall seconds of the forward and of the backward (with its recomputation)
         key = f"{phase}_s_median"
         figures[f"{phase}_s"] = {"anchor": round(median(anchor, key), 4), "ours": round(median(ours, key), 4)}
+    plans = [r["memory_plan"] | {"tensor_peak_mib": r["tensor_peak_mib"]} for r in ours if r.get("memory_plan")]
+    if plans:
+        for plan in plans:
+            plan["predicted_over_measured"] = round(plan["predicted_peak_mib"] / plan["tensor_peak_mib"], 3)
+        figures["memory_plan"] = plans
     time_target, memory_target = TARGETS[case]
     figures["targets"] = {"cpu_time_ratio": time_target, "memory_ratio": memory_target}
     figures["meets_targets"] = figures["step_cpu_s"]["ratio"] <= time_target and (
@@ -92,6 +104,13 @@ def table(summaries: list[dict]) -> str:
             f"{t['ours']:.2f} | {t['ratio']:.2f} (≤ {time_target}) | {m['anchor']:.0f} | {m['ours']:.0f} | "
             f"{m['ratio']:.2f} ({'≤ ' + str(memory_target) if memory_target else '—'}) |"
         )
+    for s in summaries:
+        for plan in s.get("memory_plan", []):
+            rows.append(
+                f"\n{s['case']} plan for {plan['budget_mib']:.0f} MiB: {plan['settings']}; predicted "
+                f"{plan['predicted_peak_mib']:.0f} MiB, measured tensor peak {plan['tensor_peak_mib']:.0f} MiB "
+                f"({plan['predicted_over_measured']:.2f})"
+            )
     return "\n".join(rows)
 
 
@@ -109,6 +128,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=positive_int, default=5, help="timed steps per run (median taken)")
     p.add_argument("--anchor-python", type=Path, default=ANCHOR_PYTHON)
     p.add_argument("--anchor-run", type=Path, default=ANCHOR_RUN, help="the anchor harness's run.py")
+    p.add_argument(
+        "--plan-budget-from-anchor",
+        action="store_true",
+        help="ours plans chunks and recomputation for the anchor's measured step memory (anchor runs first)",
+    )
     args = p.parse_args(argv)
     for path, fix in ((args.anchor_python, "run bash ../shared/bench/anchor/setup.sh, or "), (args.anchor_run, "")):
         if not path.exists():
@@ -121,8 +145,13 @@ def main(argv: list[str] | None = None) -> dict:
         for case in args.cases:
             flags = [*CASES[case], *COMMON, "--steps", str(args.steps)]
             order = [("anchor", anchor_cmd), ("ours", ours_cmd)]
-            for system, command in order if round_index % 2 == 0 else order[::-1]:
-                run = run_once([*command, *flags], label=case)
+            swap = round_index % 2 == 1 and not args.plan_budget_from_anchor
+            for system, command in order[::-1] if swap else order:
+                extra = []
+                if system == "ours" and args.plan_budget_from_anchor:
+                    budget_gb = results[case]["anchor"][-1]["peak_rss_steps_delta_mib"] / 1024
+                    extra = ["--memory-budget-gb", f"{budget_gb:.4f}", "--optim", "adamw", "--live-tensors"]
+                run = run_once([*command, *flags, *extra], label=case)
                 results[case][system].append(run)
                 print(f"round {round_index + 1} {case} {system}: {run['step_cpu_s_median']:.3f} CPU-s, "
                       f"{run['peak_rss_steps_delta_mib']:.0f} MiB", file=sys.stderr, flush=True)  # fmt: skip

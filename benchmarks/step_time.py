@@ -25,6 +25,7 @@ import statistics
 import time
 
 HARNESS_VERSION = 1
+COMPONENTS = ("encoder", "processor", "decoder")
 REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
 """The reference model size of the memory and speed issues, as flags of this script."""
 
@@ -115,9 +116,15 @@ def cuda_memory_of_steps(torch, device, before: int | None) -> dict:
 
 
 def grid_coordinates(spec: str):
-    """'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N Fibonacci-sphere points. Degrees."""
+    """'O<N>' -> octahedral reduced Gaussian grid; 'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N
+    Fibonacci-sphere points. Degrees."""
     import numpy as np
 
+    if spec.upper().startswith("O"):
+        from anemo_like.data.grids import octahedral_grid
+
+        grid = octahedral_grid(int(spec[1:]))
+        return "octahedral", grid.latitudes, grid.longitudes
     if "x" in spec:
         nlat, nlon = (int(s) for s in spec.lower().split("x", 1))
         lats = -90.0 + (np.arange(nlat) + 0.5) * 180.0 / nlat
@@ -132,7 +139,9 @@ def grid_coordinates(spec: str):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("graph")
-    g.add_argument("--grid", default="32x64", help="NLATxNLON cell-centred lat/lon grid, or N Fibonacci points")
+    g.add_argument(
+        "--grid", default="32x64", help="O<N> octahedral, NLATxNLON cell-centred lat/lon grid, or N Fibonacci points"
+    )
     g.add_argument("--mesh-res", type=int, default=3, help="icosahedron refinements of the hidden mesh")
     g.add_argument("--cutoff-factor", type=float, default=0.6)
     g.add_argument("--knn", type=int, default=3)
@@ -186,6 +195,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--count-flops",
         action="store_true",
         help="after the timed steps, count the matmul FLOPs of one more step (torch.utils.flop_counter)",
+    )
+    r.add_argument(
+        "--memory-budget-gb",
+        type=float,
+        default=None,
+        help="plan chunks and recomputation for this budget (num_chunks and gradient_checkpointing auto: the "
+        "chunk and checkpointing flags are ignored); reports the plan and its predicted peak",
     )
     r.add_argument("--label", default="")
     r.add_argument("--out", default="", help="also append the JSON line to this file")
@@ -251,19 +267,24 @@ def main(argv: list[str] | None = None) -> dict:
 
     reset_peak_rss()
     start = time.perf_counter()
+    planned = args.memory_budget_gb is not None
+    mapper_chunks, processor_chunks = (
+        ("auto", "auto") if planned else (args.num_chunks_mapper, args.num_chunks_processor)
+    )
+    recompute = "auto" if planned else not args.no_grad_checkpointing
     model_config = ModelConfig(
         num_channels=args.channels,
         num_heads=args.heads,
         mlp_hidden_ratio=args.mlp_hidden_ratio,
         trainable={"nodes": args.node_trainable, "edges": args.edge_trainable},
         graph_attention_backend=args.graph_attention_backend,
-        encoder={"num_chunks": args.num_chunks_mapper, "gradient_checkpointing": not args.no_grad_checkpointing},
-        decoder={"num_chunks": args.num_chunks_mapper, "gradient_checkpointing": not args.no_grad_checkpointing},
+        encoder={"num_chunks": mapper_chunks, "gradient_checkpointing": recompute},
+        decoder={"num_chunks": mapper_chunks, "gradient_checkpointing": recompute},
         processor={
             "type": args.processor,
             "num_layers": args.layers,
-            "num_chunks": args.num_chunks_processor,
-            "gradient_checkpointing": not args.no_grad_checkpointing,
+            "num_chunks": processor_chunks,
+            "gradient_checkpointing": recompute,
             "window_size": args.window_size,
         },
     )
@@ -275,6 +296,21 @@ def main(argv: list[str] | None = None) -> dict:
         prognostic_output=prognostic,
         relu_floor={0: 0.0},  # like the anchor's ReLU bounding of its first variable
     )
+    memory_plan = None
+    if planned:
+        from anemo_like.runtime.memory_plan import count_parameters, resolve_auto_settings
+
+        num_parameters = count_parameters(model_config, graph, layout, args.multistep)
+        budget = int(args.memory_budget_gb * 2**30)
+        model_config, plan = resolve_auto_settings(
+            model_config, graph=graph, batch_size=args.batch, num_parameters=num_parameters, budget_bytes=budget
+        )
+        memory_plan = {
+            "budget_mib": round(budget / 2**20, 1),
+            "predicted_peak_mib": round(plan.peak_bytes / 2**20, 1),
+            "fits": plan.fits,
+            "settings": plan.describe(),
+        }
     model = ForecastModel(config=model_config, graph=graph, layout=layout, multistep=args.multistep)
     model.train(args.mode == "train")
     precision = precision_plan(args.precision, device)
@@ -328,13 +364,20 @@ def main(argv: list[str] | None = None) -> dict:
         losses.append(loss)
     peak_steps = peak_rss_mib()
     cuda_memory = cuda_memory_of_steps(torch, device, cuda_before_steps)
-    live_tensor_peak = None
+    live_tensor_peak = tensor_peak = None
     if args.live_tensors:
         from anemo_like.diagnostics.live_tensors import LiveTensorTracker
+        from anemo_like.models.ops import workspace
 
         with LiveTensorTracker() as tracker:
             step()
         live_tensor_peak = tracker.peak_mib
+        # tensors that outlive a step (weights, optimizer moments) were created before it: the tracker misses them
+        held = [*model.parameters(), *model.buffers()]
+        if optimizer is not None:
+            held += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+        held_bytes = sum(t.untyped_storage().nbytes() for t in held) + workspace.held_bytes()
+        tensor_peak = live_tensor_peak + held_bytes / 2**20
     step_flops = count_step_flops(torch, step) if args.count_flops else None
     load_after = machine_load()
     calib_after = calibrate_matmul(torch)
@@ -376,9 +419,11 @@ def main(argv: list[str] | None = None) -> dict:
             "num_vars": args.num_vars,
             "multistep": args.multistep,
             "precision": args.precision,
-            "num_chunks_mapper": args.num_chunks_mapper,
-            "num_chunks_processor": args.num_chunks_processor,
-            "grad_checkpointing": not args.no_grad_checkpointing,
+            "num_chunks_mapper": model_config.encoder.num_chunks,
+            "num_chunks_decoder": model_config.decoder.num_chunks,
+            "num_chunks_processor": model_config.processor.num_chunks,
+            "grad_checkpointing": {n: getattr(model_config, n).gradient_checkpointing for n in COMPONENTS},
+            "memory_budget_gb": args.memory_budget_gb,
             "batch": args.batch,
             "warmup": args.warmup,
             "steps": args.steps,
@@ -418,6 +463,8 @@ def main(argv: list[str] | None = None) -> dict:
         "rss_before_steps_mib": mib(rss_before_steps),
         "peak_rss_steps_delta_mib": mib(peak_steps - rss_before_steps),
         "live_tensor_peak_mib": mib(live_tensor_peak),
+        "tensor_peak_mib": mib(tensor_peak),
+        "memory_plan": memory_plan,
         "step_gflop": None if step_flops is None else round(step_flops / 1e9, 4),
         "peak_reset_per_phase": peak_reset,
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",

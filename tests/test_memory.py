@@ -17,19 +17,22 @@ from anemo_like.diagnostics.live_tensors import LiveTensorTracker
 from anemo_like.models import ForecastModel, mlp
 from anemo_like.models.ops import graph_attention
 from anemo_like.runtime.heap_release import _glibc, free_heap_bytes, maybe_release_heap, set_heap_release
-from anemo_like.runtime.memory_plan import choose_chunks, count_parameters, resolve_auto_chunks, static_bytes
+from anemo_like.runtime.memory_model import activation_peak_bytes, component_models, static_bytes
+from anemo_like.runtime.memory_plan import choose_plan, count_parameters, resolve_auto_settings
 from anemo_like.runtime.process_memory import current_rss_mib
 
 COMPONENTS = ("encoder", "processor", "decoder")
 
 
-def run_model(graph, chunks: dict[str, int]):
-    """Outputs of encoder, processor and decoder, and every parameter gradient, of one fp32 training step."""
+def run_model(graph, chunks: dict[str, int | bool]):
+    """Outputs of encoder, processor and decoder, and every parameter gradient, of one fp32 training step
+    (``chunks["checkpointing"]``: recomputation, default on)."""
+    recompute = chunks.get("checkpointing", True)
     model = make_model(
         graph,
-        encoder={"num_chunks": chunks.get("encoder", 1)},
-        decoder={"num_chunks": chunks.get("decoder", 1)},
-        processor={"num_layers": 8, "num_chunks": chunks.get("processor", 1)},
+        encoder={"num_chunks": chunks.get("encoder", 1), "gradient_checkpointing": recompute},
+        decoder={"num_chunks": chunks.get("decoder", 1), "gradient_checkpointing": recompute},
+        processor={"num_layers": 8, "num_chunks": chunks.get("processor", 1), "gradient_checkpointing": recompute},
     )
     outputs = {}
     for name in COMPONENTS:
@@ -96,16 +99,27 @@ def medium_graph():
     return latlon_graph(24, 48, 3)
 
 
-def medium_config(**chunks) -> ModelConfig:
-    sections = {name: {"num_chunks": chunks.get(name, 1)} for name in ("encoder", "decoder")}
+def medium_config(checkpointing: bool | str = True, **chunks) -> ModelConfig:
+    sections = {
+        name: {"num_chunks": chunks.get(name, 1), "gradient_checkpointing": checkpointing}
+        for name in ("encoder", "decoder")
+    }
     return ModelConfig.model_validate(
         {
             "num_channels": 64,
             "num_heads": 4,
             **sections,
-            "processor": {"num_layers": 4, "num_chunks": chunks.get("processor", 1)},
+            "processor": {
+                "num_layers": 4,
+                "num_chunks": chunks.get("processor", 1),
+                "gradient_checkpointing": checkpointing,
+            },
         }
     )
+
+
+def plan_settings(plan) -> dict[str, tuple[bool, int]]:
+    return {name: (cost.checkpointing, cost.num_chunks) for name, cost in plan.components.items()}
 
 
 def test_auto_picks_fewer_chunks_under_a_larger_budget(medium_graph) -> None:
@@ -114,63 +128,122 @@ def test_auto_picks_fewer_chunks_under_a_larger_budget(medium_graph) -> None:
     static = static_bytes(params)
 
     def choose(budget: int) -> dict[str, int]:
-        choices = choose_chunks(
-            config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget
-        )
-        return {name: choice.num_chunks for name, choice in choices.items()}
+        plan = choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget)
+        return {name: cost.num_chunks for name, cost in plan.components.items()}
 
     budgets = [static + extra for extra in (1 << 18, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30)]
     picks = [choose(b) for b in budgets]
     for smaller, larger in itertools.pairwise(picks):
         assert all(larger[name] <= smaller[name] for name in smaller), picks
     assert picks[-1] == {"encoder": 1, "processor": 1, "decoder": 1}
-    assert picks[0]["decoder"] >= 8 and picks[0]["processor"] == 4
-    tight = choose_chunks(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=static)
-    assert not any(choice.fits for choice in tight.values()), "nothing fits a budget without room for activations"
+    assert picks[0]["decoder"] >= 4 and picks[0]["processor"] == 4
+    tight = choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=static)
+    assert not tight.fits, "nothing fits a budget without room for activations"
 
 
-def test_resolved_auto_chunks_are_logged_and_required(medium_graph, caplog) -> None:
-    config = medium_config(encoder="auto", processor=2)
-    with pytest.raises(ValueError, match=r"num_chunks of \['encoder'\] is 'auto'"):
+def test_plan_drops_recomputation_when_the_budget_allows(medium_graph) -> None:
+    """A huge budget: no recomputation, one chunk; a tiny one: recompute everything, the most chunks (flagged);
+    in between the plan's predicted peak fits and it recomputes no more than a larger budget's plan."""
+    config = medium_config("auto", encoder="auto", decoder="auto", processor="auto")
+    params = count_parameters(config, medium_graph, LAYOUT, 2)
+
+    def choose(budget: int):
+        return choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget)
+
+    huge = choose(1 << 40)
+    assert huge.fits and plan_settings(huge) == {name: (False, 1) for name in COMPONENTS}
+    tiny = choose(1)
+    assert not tiny.fits
+    assert all(checkpointing for checkpointing, _ in plan_settings(tiny).values())
+    assert plan_settings(tiny)["processor"] == (True, 4) and plan_settings(tiny)["decoder"][1] >= 4
+    static = static_bytes(params)
+    plans = [choose(static + extra) for extra in (2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20)]
+    for smaller, larger in itertools.pairwise(plans):
+        assert larger.work <= smaller.work
+    for budget, plan in zip((2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20), plans, strict=True):
+        assert not plan.fits or plan.peak_bytes <= static + budget
+    recomputed = [sum(c.checkpointing for c in plan.components.values()) for plan in plans]
+    assert recomputed[0] > recomputed[-1] == 0, recomputed
+    fixed = medium_config(True, encoder="auto", decoder="auto", processor="auto")
+    kept = choose_plan(config=fixed, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=1 << 40)
+    assert plan_settings(kept) == {name: (True, 1) for name in COMPONENTS}, "a fixed setting is kept"
+
+
+def test_resolved_auto_settings_are_logged_and_required(medium_graph, caplog) -> None:
+    config = medium_config("auto", encoder="auto", processor=2)
+    with pytest.raises(ValueError, match=r"\['encoder.num_chunks', 'encoder.gradient_checkpointing'"):
         ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2)
     params = count_parameters(config, medium_graph, LAYOUT, 2)
     with caplog.at_level(logging.INFO, logger="anemo_like.runtime.memory_plan"):
-        resolved = resolve_auto_chunks(
+        resolved, plan = resolve_auto_settings(
             config, graph=medium_graph, batch_size=2, num_parameters=params, budget_bytes=16 << 30
         )
     assert resolved.encoder.num_chunks == 1 and resolved.processor.num_chunks == 2
-    assert "encoder num_chunks auto -> 1: predicted peak step memory" in caplog.text
+    assert not resolved.encoder.gradient_checkpointing and not resolved.processor.gradient_checkpointing
+    assert plan.fits and "memory plan: encoder chunks 1 recompute off" in caplog.text
+    assert "predicted peak step memory" in caplog.text
     ForecastModel(config=resolved, graph=medium_graph, layout=LAYOUT, multistep=2)
 
 
+@pytest.mark.equivalence
+def test_chosen_plan_computes_the_default_plans_numbers_fp32(small_graph, unchunked) -> None:
+    """The plan a huge budget picks (no recomputation) and a tiny one (recomputation, many chunks) give the
+    numbers of the unchunked recomputing model."""
+    config = ModelConfig.model_validate(
+        {
+            "num_channels": 16,
+            "num_heads": 4,
+            **{n: {"num_chunks": "auto", "gradient_checkpointing": "auto"} for n in COMPONENTS},
+        }
+        | {"processor": {"num_layers": 8, "num_chunks": "auto", "gradient_checkpointing": "auto"}}
+    )
+    params = count_parameters(config, small_graph, LAYOUT, 2)
+    for budget in (1 << 40, 1):
+        resolved, _ = resolve_auto_settings(
+            config, graph=small_graph, batch_size=2, num_parameters=params, budget_bytes=budget
+        )
+        chunks = {name: getattr(resolved, name).num_chunks for name in COMPONENTS}
+        recompute = resolved.encoder.gradient_checkpointing
+        assert all(getattr(resolved, name).gradient_checkpointing == recompute for name in COMPONENTS)
+        assert_same_step(run_model(small_graph, {**chunks, "checkpointing": recompute}), unchunked)
+
+
+def measured_activation_peak(model: ForecastModel, run, name: str) -> int:
+    """Live-tensor peak of ``run``'s forward + backward, less the component's gradients (second run: the first
+    also builds plans and scratch buffers)."""
+    for _ in range(2):
+        with LiveTensorTracker() as tracker:
+            run().square().sum().backward()
+        model.zero_grad(set_to_none=True)
+    module = model if name == "step" else getattr(model, name)
+    return tracker.peak_bytes - sum(p.numel() * 4 for p in module.parameters())
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
 @pytest.mark.parametrize("num_chunks", [1, 4])
-def test_predicted_activation_memory_bounds_the_measured_peak(medium_graph, num_chunks: int) -> None:
-    """The memory model's per-component activation peak is within [1, 1.6] of live tensors measured in a step."""
+def test_predicted_activation_memory_bounds_the_measured_peak(medium_graph, num_chunks: int, checkpointing) -> None:
+    """The memory model's activation peaks (each component, and the whole forward + backward) are within
+    [1, 1.6] of the live tensors measured."""
     torch.manual_seed(0)
-    config = medium_config(encoder=num_chunks, decoder=num_chunks, processor=min(num_chunks, 4))
+    config = medium_config(checkpointing, encoder=num_chunks, decoder=num_chunks, processor=min(num_chunks, 4))
     model = ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2).train()
     batch = 2
     x_data = torch.randn(batch, medium_graph["data"].num_nodes, 2 * 5 + model.data_features.num_features)
     x_hidden = model.hidden_features(batch)
     latent = torch.randn(batch, medium_graph["hidden"].num_nodes, 64, requires_grad=True)
+    x = torch.randn(batch, 2, medium_graph["data"].num_nodes, 5)
     runs = {
         "encoder": lambda: model.encoder(x_data, x_hidden),
         "processor": lambda: model.processor(latent),
         "decoder": lambda: model.decoder(latent, x_data),
+        "step": lambda: model(x),
     }
-    params = sum(p.numel() for p in model.parameters())
-    predicted = choose_chunks(
-        config=config, graph=medium_graph, batch_size=batch, num_parameters=params, budget_bytes=0
-    )
+    models = component_models(config, medium_graph, batch)
+    costs = {name: models[name].cost(checkpointing, getattr(config, name).num_chunks) for name in COMPONENTS}
+    predicted = {name: cost.peak_bytes for name, cost in costs.items()} | {"step": activation_peak_bytes(costs)}
     for name, run in runs.items():
-        for _ in range(2):  # the first step also builds plans and scratch buffers
-            with LiveTensorTracker() as tracker:
-                run().square().sum().backward()
-            model.zero_grad(set_to_none=True)
-        component_grads = sum(p.numel() * 4 for p in getattr(model, name).parameters())
-        measured = tracker.peak_bytes - component_grads
-        activation = predicted[name].predicted_bytes - static_bytes(params)
-        assert measured <= activation <= 1.6 * measured, (name, measured, activation)
+        measured = measured_activation_peak(model, run, name)
+        assert measured <= predicted[name] <= 1.6 * measured, (name, measured, predicted[name])
 
 
 def test_live_tensor_tracker_counts_storages_not_views() -> None:

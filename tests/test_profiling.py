@@ -208,9 +208,10 @@ def recomputed_report(tmp_path_factory, cache_dir):
 
 @pytest.fixture(scope="module")
 def auto_report(tmp_path_factory, cache_dir):
-    """The recomputed run with every ``num_chunks: auto`` and a budget to spare (auto picks the fewest chunks)."""
+    """The recomputed run with every ``num_chunks: auto`` and a budget to spare (auto picks the fewest chunks);
+    no step under torch.profiler (``profiled_steps=0``, as on operational grids)."""
     auto = [f"model.{c}.num_chunks=auto" for c in ("encoder", "processor", "decoder")]
-    overrides = [*RECOMPUTE, *auto, "system.hardware.memory_budget_gb=64"]
+    overrides = [*RECOMPUTE, *auto, "system.hardware.memory_budget_gb=64", "diagnostics.profile.profiled_steps=0"]
     return measured_report(tmp_path_factory.mktemp("auto"), cache_dir, overrides)
 
 
@@ -236,6 +237,7 @@ def test_doctor_recommends_mapper_chunks_when_a_mapper_holds_the_peak(recomputed
 def test_doctor_advises_from_the_resolved_chunks_of_an_auto_run(auto_report):
     # anemo-profile --doctor used to hand the doctor the config as composed, whose "auto" met `"auto" < 64`
     summary, config = auto_report
+    assert summary["operators_by_time"] == [] and "profiled_steps=0" in summary["profiler_memory_timeline_error"]
     memory = memory_findings(summary, config)
     assert memory, summary["phases"]
     resolved = config.model.decoder.num_chunks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -41,12 +42,16 @@ def test_short_training_lowers_loss_and_writes_outputs(tmp_path, compose_run) ->
     assert "persistence RMSE" in (tmp_path / "validation.md").read_text()
 
 
-def test_inference_checkpoint_loads_weights_only_and_reproduces(tmp_path, compose_run) -> None:
+def test_inference_checkpoint_loads_weights_only_and_reproduces(tmp_path, compose_run, caplog) -> None:
     auto = ["model.encoder.num_chunks=auto", "model.processor.num_chunks=auto", "system.hardware.memory_budget_gb=2"]
+    auto += ["model.encoder.gradient_checkpointing=auto"]
     config = compose_run(tmp_path, ["training.max_steps=3", "diagnostics.plots=false", *auto])
     trainer = Trainer(config)
     assert trainer.config.model.encoder.num_chunks == 1 and trainer.config.model.processor.num_chunks == 1
-    outputs = trainer.fit()
+    assert trainer.config.model.encoder.gradient_checkpointing is False, "2 GB: no recomputation needed"
+    with caplog.at_level(logging.INFO, logger="anemo_like.training.plan_check"):
+        outputs = trainer.fit()
+    assert "memory plan check: predicted peak step memory" in caplog.text
     raw = torch.load(outputs.inference_checkpoint, weights_only=True)
     assert {"state_dict", "graph", "config", "roles", "normalizer"} <= raw.keys()
     bundle = load_inference_checkpoint(outputs.inference_checkpoint)

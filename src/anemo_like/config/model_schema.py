@@ -49,7 +49,11 @@ class MapperConfig(Strict):
         "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER replaces it",
     )
     shard_strategy: ShardStrategy = Field("edges", description=_SHARD_STRATEGY)
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        True,
+        description="recompute each chunk in backward instead of keeping its activations; auto: off where the "
+        "memory plan fits system.hardware.memory_budget_gb without it (faster), on where it must",
+    )
 
     @field_validator("num_chunks")
     @classmethod
@@ -70,7 +74,11 @@ class ProcessorConfig(Strict):
         "num_layers; default min(2, num_layers)); auto: fit the memory budget. Not an edge split: in eval mode "
         "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR sets the minimum number of edge blocks per layer",
     )
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        True,
+        description="recompute each segment in backward instead of keeping its activations; auto: off where the "
+        "memory plan fits system.hardware.memory_budget_gb without it (faster), on where it must",
+    )
     shard_strategy: ShardStrategy = Field(
         "edges", description=_SHARD_STRATEGY + "; the transformer processor shards by heads only (its default)"
     )

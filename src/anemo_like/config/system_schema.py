@@ -14,7 +14,10 @@ class HardwareConfig(Strict):
     accelerator: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; None keeps torch's default")
     memory_budget_gb: float | None = Field(
-        None, gt=0, description="memory per model instance for num_chunks: auto; None: 80 % of what the device has"
+        None,
+        gt=0,
+        description="memory per model instance for the memory plan (num_chunks and gradient_checkpointing auto); "
+        "None: 80 % of what the device has",
     )
     release_cpu_heap_mib: float | None = Field(
         32.0, gt=0, description="on CPU, return free heap to the OS once the process grew this much; None: never"
@@ -49,7 +52,12 @@ class ProfileConfig(Strict):
 
     warmup_steps: int = Field(2, ge=1, description="untimed steps first (first-touch costs, caches)")
     steps: int = Field(5, ge=1, description="steps timed phase by phase, memory sampled")
-    profiled_steps: int = Field(2, ge=1, description="steps under torch.profiler: operator tables, trace, timeline")
+    profiled_steps: int = Field(
+        2,
+        ge=0,
+        description="steps under torch.profiler: operator tables, trace, timeline; 0: none (at O320 one step makes "
+        "a 500 MB trace and torch needs over 10 GiB to read its events back)",
+    )
     loader_batches: int = Field(20, ge=1, description="batches read by the dataloader alone, for its own rate")
     top_operators: int = Field(20, ge=1, description="rows of each operator table")
     output: str | None = Field(None, description="report folder; default: <system.paths.output>/profile")

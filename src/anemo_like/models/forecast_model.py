@@ -20,11 +20,14 @@ DECODER_EDGES = ("hidden", "to", "data")
 
 
 def _check_chunks_resolved(config: ModelConfig) -> None:
-    unresolved = [n for n in ("encoder", "processor", "decoder") if getattr(config, n).num_chunks == "auto"]
+    unresolved = [
+        f"{name}.{key}"
+        for name in ("encoder", "processor", "decoder")
+        for key in ("num_chunks", "gradient_checkpointing")
+        if getattr(getattr(config, name), key) == "auto"
+    ]
     if unresolved:
-        raise ValueError(
-            f"num_chunks of {unresolved} is 'auto': resolve it first (runtime.memory_plan.resolve_auto_chunks)"
-        )
+        raise ValueError(f"{unresolved} is 'auto': resolve it first (runtime.memory_plan.resolve_auto_settings)")
 
 
 class ForecastModel(nn.Module):

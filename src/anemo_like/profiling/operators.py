@@ -80,7 +80,7 @@ class ProfiledSteps:
     """What one profiler run produced: the operator rows, and the files written."""
 
     rows: list[OperatorRow]
-    trace: Path
+    trace: Path | None  # None when no step ran under the profiler
     timeline: Path | None  # None when torch could not build the memory timeline
     timeline_error: str | None
 

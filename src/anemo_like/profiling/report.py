@@ -203,10 +203,17 @@ CUDA devices: {", ".join(d["name"] for d in system["cuda_devices"]) or "none"}. 
 Environment: {env}."""
 
 
+def _trace_note(report: ProfileReport) -> str:
+    trace = report.profiled.trace
+    if trace is None:
+        return "(no profiler trace: diagnostics.profile.profiled_steps=0)"
+    return f"`{trace.name}` (open in https://ui.perfetto.dev or chrome://tracing)"
+
+
 def _files_section(report: ProfileReport, summary: dict) -> str:
     return f"""## Files
 `report.json` (everything above), `phases.csv`, `operators_by_time.csv`, `operators_by_memory.csv`,
-`memory_samples.csv`, `{report.profiled.trace.name}` (open in https://ui.perfetto.dev or chrome://tracing),
+`memory_samples.csv`, {_trace_note(report)},
 `{summary["profiler_memory_timeline"] or "(no profiler memory timeline)"}`, `time_per_phase.png`,
 `memory_over_steps.png`{", `memory_snapshot.pickle`" if report.snapshot_fallback is None else ""}."""
 

@@ -23,7 +23,7 @@ from anemo_like.diagnostics.phases import instrument_components
 from anemo_like.diagnostics.sampler import MemorySampler
 from anemo_like.diagnostics.snapshot import MemorySnapshotRecorder, cuda_history_unavailable
 from anemo_like.distributed.environment import launch_rank
-from anemo_like.profiling.operators import profile_steps
+from anemo_like.profiling.operators import ProfiledSteps, profile_steps
 from anemo_like.profiling.report import ProfileReport, write_report
 from anemo_like.profiling.system_info import system_info
 from anemo_like.training.trainer import Trainer
@@ -150,8 +150,11 @@ def profile_training(config: RunConfig, *, trainer: Trainer) -> ProfileReport | 
             run_step()
         return None
     output.mkdir(parents=True, exist_ok=True)
-    LOG.info("profiling %d steps under torch.profiler", settings.profiled_steps)
-    profiled = profile_steps(run_step, settings.profiled_steps, output, device)
+    if settings.profiled_steps:
+        LOG.info("profiling %d steps under torch.profiler", settings.profiled_steps)
+        profiled = profile_steps(run_step, settings.profiled_steps, output, device)
+    else:
+        profiled = ProfiledSteps([], None, None, "torch.profiler not run (diagnostics.profile.profiled_steps=0)")
     LOG.info("reading %d batches with the dataloader alone", settings.loader_batches)
     report = ProfileReport(
         output=output,

@@ -1,15 +1,14 @@
-"""Predicted training memory of the model per chunk count, and the ``num_chunks: auto`` choice.
+"""The memory plan: ``num_chunks: auto`` and ``gradient_checkpointing: auto`` resolved to the fastest setting whose
+predicted peak step memory fits the budget (``runtime.memory_model`` predicts memory and work).
 
-Peak memory of one training step = static part (fp32 weights, gradients and the two AdamW moments: 16 bytes
-per parameter, plus the kernels' scratch buffers) + the largest activation peak of the three components.
-Activation peaks are counted in "rows": one node's feature vector, ``batch * channels * 4`` bytes in fp32.
-The coefficients below were measured with ``diagnostics.live_tensors.LiveTensorTracker`` on the reference model
-(96x192 grid, mesh 4, 256 channels) for 1-16 chunks and rounded up; ``tests/test_memory.py`` checks that they bound
-the measured peak.
+Every combination of the components' allowed settings is scored: plans that fit are ranked by predicted work
+(recomputation costs a forward per component; more mapper chunks reference more shared sources), then by
+fewer chunks; when none fits, the plan with the smallest predicted peak is taken and flagged.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -19,61 +18,41 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.data.variables import VariableLayout
-from anemo_like.models.forecast_model import DECODER_EDGES, ENCODER_EDGES, ForecastModel
-from anemo_like.models.mlp import ROW_BLOCK_ELEMENTS
-from anemo_like.models.ops.chunking import SortedEdges, plan_destination_chunks
-from anemo_like.models.ops.graph_attention import BLOCK_ELEMENTS
+from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.runtime.memory_model import (
+    COMPONENTS,
+    ComponentCost,
+    activation_peak_bytes,
+    component_models,
+    static_bytes,
+)
 
 LOG = logging.getLogger(__name__)
 
-MAPPER_ROWS_PER_DESTINATION = 12.0
-"""Live rows per destination node of a mapper chunk at its backward peak (measured 9.6-10.2 at 256 channels;
-relatively more at few channels, where edge features and inputs weigh more)."""
-MAPPER_ROWS_PER_SOURCE = 8.0
-"""Live rows per source node referenced by a mapper chunk (measured 5.6-5.8 at 256 channels; chunks of few
-sources, as in Hilbert-ordered meshes, carry relatively more fixed overhead)."""
-PROCESSOR_ROWS_PER_LAYER = 8.5
-"""Live rows per hidden node and per layer of one processor checkpoint segment (measured 7.6)."""
-PROCESSOR_EXTRA_ROWS = 7.0
-"""Backward transients of the processor, rows per hidden node (measured 4.7)."""
-SCRATCH_BYTES = 4 * (5 * BLOCK_ELEMENTS + 3 * ROW_BLOCK_ELEMENTS)
-"""fp32 scratch, allocated once: attention (four per-edge buffers plus two small score buffers, at most five
-blocks' worth) and MLP (three row blocks)."""
-BYTES_PER_PARAMETER = 16
-"""fp32 weight + gradient + two AdamW moments."""
 MAX_AUTO_MAPPER_CHUNKS = 1024
 """``auto`` tries mapper chunk counts up to this (or the destination count, if smaller)."""
 
-_COMPONENTS = ("encoder", "processor", "decoder")
-
 
 @dataclass(frozen=True)
-class ChunkChoice:
-    """Chunk count of one component and the predicted peak step memory with it, bytes."""
+class MemoryPlan:
+    """Chunk counts and recomputation per component, the predicted peak step memory (bytes) and step work
+    (row-matmul units, ``runtime.memory_model``), and whether the peak fits the budget."""
 
-    component: str
-    num_chunks: int
-    predicted_bytes: int
+    components: dict[str, ComponentCost]
+    peak_bytes: int
+    work: float
     fits: bool
 
+    @property
+    def num_chunks(self) -> int:
+        """All components' chunk counts together (the tie-break: fewer is simpler)."""
+        return sum(c.num_chunks for c in self.components.values())
 
-def _mapper_activation_bytes(edges: SortedEdges, num_chunks: int, row_bytes: int) -> int:
-    chunks = plan_destination_chunks(edges, num_chunks)
-    worst = max(
-        MAPPER_ROWS_PER_DESTINATION * (c.dst_stop - c.dst_start) + MAPPER_ROWS_PER_SOURCE * c.src_index.numel()
-        for c in chunks
-    )
-    return int(worst * row_bytes)
-
-
-def _processor_activation_bytes(num_layers: int, num_chunks: int, num_hidden: int, row_bytes: int) -> int:
-    layers_per_segment = -(-num_layers // num_chunks)
-    return int((PROCESSOR_ROWS_PER_LAYER * layers_per_segment + PROCESSOR_EXTRA_ROWS) * num_hidden * row_bytes)
-
-
-def static_bytes(num_parameters: int) -> int:
-    """Memory that does not depend on chunking: weights, gradients, optimizer moments and scratch buffers."""
-    return BYTES_PER_PARAMETER * num_parameters + SCRATCH_BYTES
+    def describe(self) -> str:
+        return ", ".join(
+            f"{c.component} chunks {c.num_chunks} recompute {'on' if c.checkpointing else 'off'}"
+            for c in self.components.values()
+        )
 
 
 def _candidates(limit: int) -> list[int]:
@@ -84,73 +63,79 @@ def _candidates(limit: int) -> list[int]:
     return counts
 
 
-def choose_chunks(
-    *, config: ModelConfig, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
-) -> dict[str, ChunkChoice]:
-    """Chunk counts for the components set to ``auto``: the smallest power of two whose predicted peak step
-    memory fits ``budget_bytes`` (processor: any count up to the number of layers); the largest count, flagged
-    ``fits=False``, when none fits. Components with a fixed count are predicted too."""
-    row_bytes = batch_size * config.num_channels * 4
-    static = static_bytes(num_parameters)
-    encoder_edges = SortedEdges(graph[ENCODER_EDGES].edge_index, graph["hidden"].num_nodes)
-    decoder_edges = SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes)
-    predictors = {
-        "encoder": (
-            config.encoder.num_chunks,
-            _candidates(min(encoder_edges.num_dst, MAX_AUTO_MAPPER_CHUNKS)),
-            lambda n: _mapper_activation_bytes(encoder_edges, n, row_bytes),
-        ),
-        "decoder": (
-            config.decoder.num_chunks,
-            _candidates(min(decoder_edges.num_dst, MAX_AUTO_MAPPER_CHUNKS)),
-            lambda n: _mapper_activation_bytes(decoder_edges, n, row_bytes),
-        ),
-        "processor": (
-            config.processor.num_chunks,
-            sorted(set(_candidates(config.processor.num_layers)) | {config.processor.num_layers}),
-            lambda n: _processor_activation_bytes(config.processor.num_layers, n, graph["hidden"].num_nodes, row_bytes),
-        ),
+def _settings(config: ModelConfig, graph: HeteroData) -> dict[str, list[tuple[bool, int]]]:
+    """(checkpointing, num_chunks) pairs each component may take: its fixed values, or every choice for auto."""
+    limits = {
+        "encoder": _candidates(min(graph["hidden"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
+        "decoder": _candidates(min(graph["data"].num_nodes, MAX_AUTO_MAPPER_CHUNKS)),
+        "processor": sorted(set(_candidates(config.processor.num_layers)) | {config.processor.num_layers}),
     }
-    choices = {}
-    for component, (setting, candidates, activation_bytes) in predictors.items():
-        counts = candidates if setting == "auto" else [setting]
-        for count in counts:
-            predicted = static + activation_bytes(count)
-            if predicted <= budget_bytes or count == counts[-1]:
-                choices[component] = ChunkChoice(component, count, predicted, predicted <= budget_bytes)
-                break
-    return choices
+    settings = {}
+    for name in COMPONENTS:
+        section = getattr(config, name)
+        flags = [True, False] if section.gradient_checkpointing == "auto" else [section.gradient_checkpointing]
+        counts = limits[name] if section.num_chunks == "auto" else [section.num_chunks]
+        pairs = []
+        for flag in flags:
+            # without recomputation the processor's segments change nothing: auto takes one
+            uniform = name == "processor" and not flag and section.num_chunks == "auto"
+            pairs += [(flag, count) for count in (counts[:1] if uniform else counts)]
+        settings[name] = pairs
+    return settings
 
 
-def has_auto_chunks(config: ModelConfig) -> bool:
-    """Whether any component's ``num_chunks`` is ``auto``."""
-    return any(getattr(config, name).num_chunks == "auto" for name in _COMPONENTS)
+def choose_plan(
+    *, config: ModelConfig, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
+) -> MemoryPlan:
+    """The fastest plan whose predicted peak fits ``budget_bytes`` (ties: fewer chunks); when none fits, the one
+    with the smallest predicted peak, ``fits=False``. Fixed settings are kept and predicted too."""
+    models = component_models(config, graph, batch_size)
+    options = {name: [models[name].cost(*pair) for pair in pairs] for name, pairs in _settings(config, graph).items()}
+    static = static_bytes(num_parameters)
+    plans = []
+    for combination in itertools.product(*(options[name] for name in COMPONENTS)):
+        costs = dict(zip(COMPONENTS, combination, strict=True))
+        peak = static + activation_peak_bytes(costs)
+        plans.append(MemoryPlan(costs, peak, sum(c.step_work for c in combination), peak <= budget_bytes))
+    fitting = [plan for plan in plans if plan.fits]
+    if fitting:
+        return min(fitting, key=lambda plan: (plan.work, plan.num_chunks))
+    return min(plans, key=lambda plan: (plan.peak_bytes, plan.work))
 
 
-def resolve_auto_chunks(
+def has_auto_settings(config: ModelConfig) -> bool:
+    """Whether any component's ``num_chunks`` or ``gradient_checkpointing`` is ``auto``."""
+    return any(
+        "auto" in (getattr(config, name).num_chunks, getattr(config, name).gradient_checkpointing)
+        for name in COMPONENTS
+    )
+
+
+def resolve_auto_settings(
     config: ModelConfig, *, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
-) -> ModelConfig:
-    """``config`` with every ``num_chunks: auto`` replaced by its choice; logs each choice and prediction."""
-    choices = choose_chunks(
+) -> tuple[ModelConfig, MemoryPlan]:
+    """``config`` with every ``auto`` replaced by the plan's choice, and the plan; logs the plan and its peak."""
+    plan = choose_plan(
         config=config, graph=graph, batch_size=batch_size, num_parameters=num_parameters, budget_bytes=budget_bytes
     )
     updates = {}
-    for component in _COMPONENTS:
-        section, choice = getattr(config, component), choices[component]
-        if section.num_chunks != "auto":
-            continue
-        updates[component] = section.model_copy(update={"num_chunks": choice.num_chunks})
-        message = "%s num_chunks auto -> %d: predicted peak step memory %.2f GiB, budget %.2f GiB"
-        args = (component, choice.num_chunks, choice.predicted_bytes / 2**30, budget_bytes / 2**30)
-        if choice.fits:
-            LOG.info(message, *args)
-        else:
-            LOG.warning(
-                message + " -- over budget even at the largest count: shard the model over more devices "
-                "(system.hardware.num_gpus_per_model), shrink the batch or the model",
-                *args,
-            )
-    return config.model_copy(update=updates)
+    for name, cost in plan.components.items():
+        section = getattr(config, name)
+        chosen = {"num_chunks": cost.num_chunks, "gradient_checkpointing": cost.checkpointing}
+        updates[name] = section.model_copy(
+            update={key: chosen[key] for key in chosen if getattr(section, key) == "auto"}
+        )
+    message = "memory plan: %s; predicted peak step memory %.0f MiB, budget %.0f MiB"
+    args = (plan.describe(), plan.peak_bytes / 2**20, budget_bytes / 2**20)
+    if plan.fits:
+        LOG.info(message, *args)
+    else:
+        LOG.warning(
+            message + " -- over budget even with the most chunks and recomputation: shard the model over more "
+            "devices (system.hardware.num_gpus_per_model), shrink the batch or the model",
+            *args,
+        )
+    return config.model_copy(update=updates), plan
 
 
 def check_chunks_fit_graph(config: ModelConfig, graph: HeteroData) -> None:
@@ -167,7 +152,10 @@ def check_chunks_fit_graph(config: ModelConfig, graph: HeteroData) -> None:
 
 def count_parameters(config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int) -> int:
     """Parameters of the model ``config`` describes, counted on the meta device (no memory, any chunking)."""
-    fixed = {name: getattr(config, name).model_copy(update={"num_chunks": 1}) for name in _COMPONENTS}
+    fixed = {
+        name: getattr(config, name).model_copy(update={"num_chunks": 1, "gradient_checkpointing": True})
+        for name in COMPONENTS
+    }
     with torch.device("meta"):
         model = ForecastModel(config=config.model_copy(update=fixed), graph=graph, layout=layout, multistep=multistep)
     return sum(p.numel() for p in model.parameters())

@@ -56,3 +56,10 @@ def peak_memory_mib(device: torch.device) -> float | None:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return peak_rss_mib()
+
+
+def current_memory_mib(device: torch.device) -> float | None:
+    """Memory in use now, MiB: CUDA's allocated bytes on a GPU, else the process's resident memory."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**20
+    return current_rss_mib()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from anemo_like.diagnostics.snapshot import MemorySnapshotRecorder
+from anemo_like.training.plan_check import MemoryPlanCheck
 
 if TYPE_CHECKING:
     from anemo_like.training.trainer import Trainer
@@ -20,15 +21,23 @@ class StepHook(Protocol):
 
 
 def default_hooks(trainer: Trainer) -> list[StepHook]:
-    """The hooks the config asks for: the memory snapshot recorder (``diagnostics.memory_snapshot``)."""
+    """The hooks the run asks for: the memory plan's check (rank 0, when a plan resolved ``auto`` settings) and
+    the memory snapshot recorder (``diagnostics.memory_snapshot``)."""
+    hooks: list[StepHook] = []
+    run = trainer.run
+    if run.memory_plan is not None and trainer.is_main:
+        hooks.append(
+            MemoryPlanCheck(plan=run.memory_plan, device=trainer.device, before_model_mib=run.memory_before_model_mib)
+        )
     snapshot = trainer.config.diagnostics.memory_snapshot
-    if not snapshot.enabled:
-        return []
-    recorder = MemorySnapshotRecorder(
-        device=trainer.device,
-        output_dir=trainer.run_dir / "memory_snapshot",
-        warmup=snapshot.warmup,
-        steps=snapshot.steps,
-        max_entries=snapshot.max_entries,
-    )
-    return [recorder]
+    if snapshot.enabled:
+        hooks.append(
+            MemorySnapshotRecorder(
+                device=trainer.device,
+                output_dir=trainer.run_dir / "memory_snapshot",
+                warmup=snapshot.warmup,
+                steps=snapshot.steps,
+                max_entries=snapshot.max_entries,
+            )
+        )
+    return hooks

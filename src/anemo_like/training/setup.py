@@ -37,13 +37,15 @@ from anemo_like.runtime.backends import check_backends
 from anemo_like.runtime.heap_release import set_heap_release
 from anemo_like.runtime.inference_environment import apply_inference_overrides, check_inference_environment
 from anemo_like.runtime.memory_plan import (
+    MemoryPlan,
     check_chunks_fit_graph,
     count_parameters,
     device_memory_bytes,
-    has_auto_chunks,
-    resolve_auto_chunks,
+    has_auto_settings,
+    resolve_auto_settings,
 )
 from anemo_like.runtime.precision import PrecisionPlan, precision_plan
+from anemo_like.runtime.process_memory import current_memory_mib, peak_memory_mib
 from anemo_like.tracking.background import SenderProcess
 from anemo_like.tracking.tracker import Tracker
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
@@ -76,7 +78,7 @@ class Placement:
 
 @dataclass
 class Run:
-    """A built training run. ``config`` is the resolved one (``num_chunks: auto`` replaced by counts)."""
+    """A built training run. ``config`` is the resolved one (every ``auto`` of the memory plan replaced)."""
 
     config: RunConfig
     placement: Placement
@@ -93,6 +95,8 @@ class Run:
     spec: ForecastSpec  # positions as tensors on the device
     grid_bounds: list[tuple[int, int]]  # the grid blocks each rank of a reader group reads
     tracker: Tracker | None  # rank 0's experiment tracking (diagnostics.tracking), its sender already started
+    memory_plan: MemoryPlan | None  # the plan that resolved auto settings (None: nothing was auto)
+    memory_before_model_mib: tuple[float, float]  # memory in use and its peak so far, before the model was built
 
 
 def seed_everything(seed: int) -> None:
@@ -150,17 +154,20 @@ def load_data_and_graph(config: RunConfig, launch: LaunchEnvironment) -> tuple[D
     return data, graph
 
 
-def resolve_chunks(config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement) -> ModelConfig:
-    """The model config with ``num_chunks: auto`` replaced by counts that fit the memory budget."""
-    if not has_auto_chunks(config.model):
-        return config.model
+def resolve_memory_plan(
+    config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement
+) -> tuple[ModelConfig, MemoryPlan | None]:
+    """The model config with every ``num_chunks`` / ``gradient_checkpointing`` ``auto`` replaced by the fastest
+    plan that fits the memory budget, and that plan (None when nothing is auto)."""
+    if not has_auto_settings(config.model):
+        return config.model, None
     budget_gb = config.system.hardware.memory_budget_gb
     budget = int(budget_gb * 2**30) if budget_gb else device_memory_bytes(placement.device)
-    # every rank must choose the same chunks (their collectives pair up): rank 0's budget decides; the
-    # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more chunks
+    # every rank must choose the same plan (their collectives pair up): rank 0's budget decides; the
+    # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more memory
     budget = int(rank_zero_value(str(budget), placement.launch))
     multistep = config.training.multistep_input
-    return resolve_auto_chunks(
+    return resolve_auto_settings(
         config.model,
         graph=graph,
         batch_size=config.dataloader.batch_size.train,
@@ -204,8 +211,10 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     tracker = open_tracking(config, placement, tracking_sender)
     data, graph = load_data_and_graph(config, placement.launch)
     precision = check_run_options(config, placement)
-    config = config.model_copy(update={"model": resolve_chunks(config, graph=graph, data=data, placement=placement)})
+    model_config, memory_plan = resolve_memory_plan(config, graph=graph, data=data, placement=placement)
+    config = config.model_copy(update={"model": model_config})
     check_chunks_fit_graph(config.model, graph)
+    memory_before_model = (current_memory_mib(placement.device) or 0.0, peak_memory_mib(placement.device) or 0.0)
     model, parallel = build_model(config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype)
     opt = config.training.optimizer
     weights = [config.training.variable_loss_weights.get(n, 1.0) for n in data.roles.output]
@@ -233,6 +242,8 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         spec=spec.on(placement.device),
         grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),
         tracker=tracker,
+        memory_plan=memory_plan,
+        memory_before_model_mib=memory_before_model,
     )
 
 

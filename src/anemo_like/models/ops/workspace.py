@@ -33,3 +33,9 @@ def scratch(
         buffer = torch.empty(max(numel, reserve), device=like.device, dtype=dtype)
         buffers[key] = buffer
     return buffer[:numel].view(shape)
+
+
+def held_bytes() -> int:
+    """Bytes the calling thread's scratch buffers hold (memory accounting: they live for the whole run)."""
+    buffers: dict = _local.__dict__.get("buffers", {})
+    return sum(buffer.untyped_storage().nbytes() for buffer in buffers.values())
