@@ -18,7 +18,13 @@ from anemo_like.models import ForecastModel, mlp
 from anemo_like.models.ops import graph_attention
 from anemo_like.runtime.heap_release import _glibc, free_heap_bytes, maybe_release_heap, set_heap_release
 from anemo_like.runtime.memory_model import activation_peak_bytes, component_models, static_bytes
-from anemo_like.runtime.memory_plan import choose_plan, count_parameters, resolve_auto_settings
+from anemo_like.runtime.memory_plan import (
+    apply_validation_chunks,
+    choose_plan,
+    choose_validation_chunks,
+    count_parameters,
+    resolve_auto_settings,
+)
 from anemo_like.runtime.process_memory import current_rss_mib
 
 COMPONENTS = ("encoder", "processor", "decoder")
@@ -244,6 +250,52 @@ def test_predicted_activation_memory_bounds_the_measured_peak(medium_graph, num_
     for name, run in runs.items():
         measured = measured_activation_peak(model, run, name)
         assert measured <= predicted[name] <= 1.6 * measured, (name, measured, predicted[name])
+
+
+@pytest.mark.parametrize("num_chunks", [1, 4])
+def test_predicted_validation_memory_bounds_the_measured_peak(medium_graph, num_chunks: int) -> None:
+    """Forwards without gradients (validation): each component's predicted peak is within [1, 1.6] of the live
+    tensors measured."""
+    torch.manual_seed(0)
+    config = medium_config(encoder=num_chunks, decoder=num_chunks)
+    model = ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2).eval()
+    batch = 2
+    x_data = torch.randn(batch, medium_graph["data"].num_nodes, 2 * 5 + model.data_features.num_features)
+    latent = torch.randn(batch, medium_graph["hidden"].num_nodes, 64)
+    runs = {
+        "encoder": lambda: model.encoder(x_data, model.hidden_features(batch)),
+        "processor": lambda: model.processor(latent),
+        "decoder": lambda: model.decoder(latent, x_data),
+    }
+    models = component_models(config, medium_graph, batch)
+    for name, run in runs.items():
+        with torch.no_grad():
+            for _ in range(2):
+                with LiveTensorTracker() as tracker:
+                    out = run()
+                    del out
+        predicted = models[name].eval_bytes() if name == "processor" else models[name].eval_bytes(num_chunks)
+        assert tracker.peak_bytes <= predicted <= 1.6 * tracker.peak_bytes, (name, tracker.peak_bytes, predicted)
+
+
+def test_validation_gets_more_chunks_only_when_its_batch_needs_them(medium_graph, monkeypatch) -> None:
+    config = medium_config(False, encoder=1, decoder=1)
+    params = count_parameters(config, medium_graph, LAYOUT, 2)
+
+    def choose(budget: int) -> dict[str, tuple[int, int]]:
+        return choose_validation_chunks(
+            config=config, graph=medium_graph, batch_size=8, num_parameters=params, budget_bytes=budget
+        )
+
+    spare = choose(1 << 30)
+    assert {name: count for name, (count, _) in spare.items()} == {"encoder": 1, "decoder": 1}, "validation as training"
+    budget = static_bytes(params) + (20 << 20)
+    tight = {name: count for name, (count, _) in choose(budget).items()}
+    assert tight["decoder"] > 1 and all(peak <= budget for _, peak in choose(budget).values()), choose(budget)
+    model = ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2)
+    model.encoder.eval_num_chunks = 2  # as ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER sets it: the environment wins
+    apply_validation_chunks(model, {"encoder": (8, 0), "decoder": (tight["decoder"], 0)}, 8)
+    assert model.encoder.eval_num_chunks == 2 and model.decoder.eval_num_chunks == tight["decoder"]
 
 
 def test_live_tensor_tracker_counts_storages_not_views() -> None:

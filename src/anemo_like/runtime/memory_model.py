@@ -58,6 +58,15 @@ blocks' worth) and MLP (three row blocks)."""
 BYTES_PER_PARAMETER = 16
 """fp32 weight + gradient + two AdamW moments."""
 
+EVAL_ROWS_PER_DESTINATION = 8.0
+"""Live rows per destination node of a mapper chunk in a forward without gradients (validation; measured 7.1 at
+256 channels) ..."""
+EVAL_ROWS_PER_SOURCE = 6.0
+"""... and per source node it references (measured 4.2)."""
+EVAL_PROCESSOR_ROWS = 12.0
+"""Live rows per hidden node of the processor in a forward without gradients, with the latent tensors around it
+(measured 9.3)."""
+
 DESTINATION_WORK = 11.0
 """Forward work per destination row: query and output projections, the MLP (8, hidden ratio 4), embedding."""
 SOURCE_WORK = 2.5
@@ -128,6 +137,15 @@ class MapperModel:
             self.component, checkpointing, num_chunks, int(peak * self.row_bytes), int(kept * self.row_bytes), work
         )
 
+    def eval_bytes(self, num_chunks: int) -> int:
+        """Peak bytes of a forward without gradients (validation) in ``num_chunks`` chunks."""
+        chunks = self._chunks(num_chunks)
+        rows = max(
+            EVAL_ROWS_PER_DESTINATION * (c.dst_stop - c.dst_start) + EVAL_ROWS_PER_SOURCE * c.src_index.numel()
+            for c in chunks
+        )
+        return int(rows * self.row_bytes)
+
 
 class ProcessorModel:
     """Costs of the processor, per checkpoint segment count and recomputation."""
@@ -146,6 +164,10 @@ class ProcessorModel:
             peak = saved + PROCESSOR_EXTRA_ROWS
         rows = self.num_hidden * self.row_bytes
         return ComponentCost("processor", checkpointing, num_chunks, int(peak * rows), int(saved * rows), self.work)
+
+    def eval_bytes(self) -> int:
+        """Peak bytes of a forward without gradients (validation)."""
+        return int(EVAL_PROCESSOR_ROWS * self.num_hidden * self.row_bytes)
 
 
 def component_models(

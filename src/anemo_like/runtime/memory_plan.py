@@ -103,6 +103,44 @@ def choose_plan(
     return min(plans, key=lambda plan: (plan.peak_bytes, plan.work))
 
 
+def choose_validation_chunks(
+    *, config: ModelConfig, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
+) -> dict[str, tuple[int, int]]:
+    """Mapper chunk counts for forwards without gradients (validation) at ``batch_size``, with the predicted peak
+    bytes: for each mapper of the resolved ``config`` the smallest power of two, from its training count up, whose
+    predicted peak fits ``budget_bytes`` (the largest tried when none does). Validation batches are often larger
+    than training batches, and a mapper without recomputation may train in one chunk."""
+    models = component_models(config, graph, batch_size)
+    base = static_bytes(num_parameters) + models["processor"].eval_bytes()
+    limits = {"encoder": graph["hidden"].num_nodes, "decoder": graph["data"].num_nodes}
+    choices = {}
+    for name in ("encoder", "decoder"):
+        counts = [
+            n for n in _candidates(min(limits[name], MAX_AUTO_MAPPER_CHUNKS)) if n >= getattr(config, name).num_chunks
+        ]
+        counts = counts or [getattr(config, name).num_chunks]
+        peaks = [(n, max(base, static_bytes(num_parameters) + models[name].eval_bytes(n))) for n in counts]
+        choices[name] = next(((n, peak) for n, peak in peaks if peak <= budget_bytes), peaks[-1])
+    return choices
+
+
+def apply_validation_chunks(model: ForecastModel, choices: dict[str, tuple[int, int]], batch_size: int) -> None:
+    """Give each mapper its validation chunk count as its eval-mode count, where the environment set none
+    (``ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER`` wins) and it is more than the training count; logs each change."""
+    for name, (count, peak) in choices.items():
+        mapper = getattr(model, name)
+        if mapper.eval_num_chunks is None and count > mapper.num_chunks:
+            mapper.eval_num_chunks = count
+            LOG.info(
+                "memory plan for validation (batch %d): %s chunks %d (trains in %d), predicted peak %.0f MiB",
+                batch_size,
+                name,
+                count,
+                mapper.num_chunks,
+                peak / 2**20,
+            )
+
+
 def has_auto_settings(config: ModelConfig) -> bool:
     """Whether any component's ``num_chunks`` or ``gradient_checkpointing`` is ``auto``."""
     return any(

@@ -38,7 +38,9 @@ from anemo_like.runtime.heap_release import set_heap_release
 from anemo_like.runtime.inference_environment import apply_inference_overrides, check_inference_environment
 from anemo_like.runtime.memory_plan import (
     MemoryPlan,
+    apply_validation_chunks,
     check_chunks_fit_graph,
+    choose_validation_chunks,
     count_parameters,
     device_memory_bytes,
     has_auto_settings,
@@ -156,24 +158,26 @@ def load_data_and_graph(config: RunConfig, launch: LaunchEnvironment) -> tuple[D
 
 def resolve_memory_plan(
     config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement
-) -> tuple[ModelConfig, MemoryPlan | None]:
+) -> tuple[ModelConfig, MemoryPlan | None, dict[str, tuple[int, int]]]:
     """The model config with every ``num_chunks`` / ``gradient_checkpointing`` ``auto`` replaced by the fastest
-    plan that fits the memory budget, and that plan (None when nothing is auto)."""
+    plan that fits the memory budget, that plan (None when nothing is auto) and the mapper chunk counts
+    validation needs at its batch size under the same budget (empty when nothing is auto)."""
     if not has_auto_settings(config.model):
-        return config.model, None
+        return config.model, None, {}
     budget_gb = config.system.hardware.memory_budget_gb
     budget = int(budget_gb * 2**30) if budget_gb else device_memory_bytes(placement.device)
     # every rank must choose the same plan (their collectives pair up): rank 0's budget decides; the
     # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more memory
     budget = int(rank_zero_value(str(budget), placement.launch))
-    multistep = config.training.multistep_input
-    return resolve_auto_settings(
-        config.model,
-        graph=graph,
-        batch_size=config.dataloader.batch_size.train,
-        num_parameters=count_parameters(config.model, graph, data.layout, multistep),
-        budget_bytes=budget,
+    num_parameters = count_parameters(config.model, graph, data.layout, config.training.multistep_input)
+    batch = config.dataloader.batch_size
+    model_config, plan = resolve_auto_settings(
+        config.model, graph=graph, batch_size=batch.train, num_parameters=num_parameters, budget_bytes=budget
     )
+    validation = choose_validation_chunks(
+        config=model_config, graph=graph, batch_size=batch.val, num_parameters=num_parameters, budget_bytes=budget
+    )
+    return model_config, plan, validation
 
 
 def check_run_options(config: RunConfig, placement: Placement) -> PrecisionPlan:
@@ -211,11 +215,14 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     tracker = open_tracking(config, placement, tracking_sender)
     data, graph = load_data_and_graph(config, placement.launch)
     precision = check_run_options(config, placement)
-    model_config, memory_plan = resolve_memory_plan(config, graph=graph, data=data, placement=placement)
+    model_config, memory_plan, validation_chunks = resolve_memory_plan(
+        config, graph=graph, data=data, placement=placement
+    )
     config = config.model_copy(update={"model": model_config})
     check_chunks_fit_graph(config.model, graph)
     memory_before_model = (current_memory_mib(placement.device) or 0.0, peak_memory_mib(placement.device) or 0.0)
     model, parallel = build_model(config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype)
+    apply_validation_chunks(model, validation_chunks, config.dataloader.batch_size.val)
     opt = config.training.optimizer
     weights = [config.training.variable_loss_weights.get(n, 1.0) for n in data.roles.output]
     area_weight = torch.as_tensor(graph["data"].area_weight, dtype=torch.float32)
