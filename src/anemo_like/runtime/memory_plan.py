@@ -119,8 +119,10 @@ def choose_validation_chunks(
             n for n in _candidates(min(limits[name], MAX_AUTO_MAPPER_CHUNKS)) if n >= getattr(config, name).num_chunks
         ]
         counts = counts or [getattr(config, name).num_chunks]
-        peaks = [(n, max(base, static_bytes(num_parameters) + models[name].eval_bytes(n))) for n in counts]
-        choices[name] = next(((n, peak) for n, peak in peaks if peak <= budget_bytes), peaks[-1])
+        for count in counts:  # ascending: stop at the first that fits (each count plans its chunks)
+            choices[name] = (count, max(base, static_bytes(num_parameters) + models[name].eval_bytes(count)))
+            if choices[name][1] <= budget_bytes:
+                break
     return choices
 
 
