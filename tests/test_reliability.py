@@ -497,3 +497,34 @@ def test_stale_forecast_copies_are_removed_and_weights_are_checked_before_a_chec
         "weights: resume from it (training.resume=auto) with a lower training.optimizer.lr"
     )
     assert torch.isfinite(load_training_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["model"][name]).all()
+
+
+def test_a_failed_zarr_forecast_write_leaves_no_write_running(tmp_path, monkeypatch, caplog) -> None:
+    """One chunk write fails with a full disk while another is still writing: the second must end (and its error
+    be taken) before the temporary copy is removed, so nothing fails late and asyncio logs no traceback."""
+    import asyncio
+    import gc
+
+    import numpy as np
+    import xarray as xr
+    import zarr.storage
+
+    from anemo_like.inference.output import write_forecast
+
+    original = zarr.storage.LocalStore._set
+
+    async def full_disk_for_a(self, key, value, exclusive=False):
+        if key.startswith("a/"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if key.startswith("b/") and not key.endswith((".zarray", ".zattrs")):
+            await asyncio.sleep(0.2)  # still writing when a's write has failed
+        return await original(self, key, value, exclusive)
+
+    monkeypatch.setattr(zarr.storage.LocalStore, "_set", full_disk_for_a)
+    dataset = xr.Dataset({name: ("values", np.arange(4.0)) for name in ("a", "b")})
+    with pytest.raises(DiskFull):
+        write_forecast(dataset, tmp_path / "forecast.zarr")
+    time.sleep(0.4)
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib.util
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 import zarr
+import zarr.core.sync
 
 import anemo_like
 from anemo_like.atomic_io import disk_full
@@ -155,8 +157,11 @@ def write_forecast(dataset: xr.Dataset, path: Path) -> None:
             if path.suffix == ".nc":
                 dataset.to_netcdf(tmp, engine=netcdf_engine())
             else:
-                with zarr.config.set({"async.concurrency": 1}):  # a failed write leaves no other write running
+                try:
                     dataset.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True)
+                except OSError:
+                    zarr.core.sync.sync(_settle_zarr_writes())
+                    raise
         except OSError as error:
             raise disk_full(error, path, setting="output") from None
         with deferred():
@@ -167,6 +172,13 @@ def write_forecast(dataset: xr.Dataset, path: Path) -> None:
         if tmp.is_dir():
             shutil.rmtree(tmp)
         tmp.unlink(missing_ok=True)
+
+
+async def _settle_zarr_writes() -> None:
+    """Wait for the writes zarr still runs after one of them failed, taking their errors: a write that ended
+    after the temporary copy was removed would otherwise fail late and asyncio would log its traceback."""
+    running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 def open_forecast(path: Path) -> xr.Dataset:
