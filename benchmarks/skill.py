@@ -45,21 +45,30 @@ def final_scores(metrics: Path) -> dict[str, float]:
     return {k: v for k, v in scored[-1].items() if k.startswith("rmse_")} | {"step": scored[-1]["step"]}
 
 
+def anemo_train_command(config: str, dataset: str | Path, run_dir: Path, overrides: list[str]) -> list[str]:
+    """The documented ``anemo-train --config-name=CONFIG data.dataset=DATASET`` writing into ``run_dir``."""
+    return [
+        str(Path(sys.executable).with_name("anemo-train")),
+        f"--config-name={config}",
+        f"data.dataset={dataset}",
+        f"system.paths.output={run_dir}",
+        f"hydra.run.dir={run_dir}",
+        "diagnostics.progress_bar=false",
+        *overrides,
+    ]
+
+
 def train_once(args: argparse.Namespace, run_dir: Path) -> dict:
     """One documented training run from scratch; its wall and CPU seconds (all processes) and final scores."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    command = [
-        str(Path(sys.executable).with_name("anemo-train")),
-        f"--config-name={args.config}",
-        f"data.dataset={args.dataset}",
-        f"system.paths.output={run_dir}",
-        f"hydra.run.dir={run_dir}",
-        "diagnostics.progress_bar=false",
-        *([f"data.val_dataset={args.val_dataset}"] if args.val_dataset else []),
-        *args.overrides,
-    ]
+    command = anemo_train_command(
+        args.config,
+        args.dataset,
+        run_dir,
+        [*([f"data.val_dataset={args.val_dataset}"] if args.val_dataset else []), *args.overrides],
+    )
     env = os.environ | {"ANEMO_LIKE_CACHE": str(run_dir / "cache")}  # empty cache: the graph is built and timed
     started, cpu_started = time.perf_counter(), os.times()
     with (run_dir / "stdout.log").open("w") as log:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import TINY_MODEL
 from distributed_checks import free_port
 
@@ -186,13 +187,15 @@ def test_a_non_integer_launch_variable_is_named(monkeypatch):
 
 
 def test_torchrun_trains_a_model_sharded_over_two_processes(tmp_path, cache_dir):
-    """The documented command: ``torchrun --nproc_per_node=2 -m anemo_like.cli.train ... num_gpus_per_model=2``."""
+    """The documented command: ``torchrun --nproc_per_node=2 -m anemo_like.cli.train ... num_gpus_per_model=2``,
+    here with a frozen encoder and a weight average: the sharded run ends with the weights of one process."""
     torchrun = Path(sys.executable).with_name("torchrun")
     run_dir = tmp_path / "run"
+    recipe = ["training.max_steps=3", "training.freeze=[encoder]", "training.ema.decay=0.5"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID")}
     command = [
         str(torchrun), "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "anemo_like.cli.train",
-        *RUN, "training.max_steps=3", "system.hardware.num_gpus_per_model=2",
+        *RUN, *recipe, "system.hardware.num_gpus_per_model=2",
         f"system.paths.output={run_dir}", f"system.paths.cache={cache_dir}", f"hydra.run.dir={run_dir}",
     ]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -201,3 +204,13 @@ def test_torchrun_trains_a_model_sharded_over_two_processes(tmp_path, cache_dir)
     assert "2 ranks: 1 model instance(s) of 2 rank(s)" in output
     assert sorted(train_losses(run_dir)) == [1, 2, 3]
     assert (run_dir / "inference.pt").exists() and (run_dir / "validation.md").exists()
+    [(code, output)] = wait_all(launch(tmp_path / "one", cache_dir, recipe, world=1), 180)
+    assert code == 0, output[-2000:]
+    sharded, single = (
+        torch.load(d / "inference.pt", weights_only=True)["state_dict"] for d in (run_dir, tmp_path / "one")
+    )
+    for name, value in single.items():
+        torch.testing.assert_close(sharded[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    trained = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]  # not averaged
+    assert all(torch.equal(trained[n], v) for n, v in sharded.items() if n.startswith("encoder."))  # frozen
+    assert any(not torch.equal(trained[n], v) for n, v in sharded.items() if n.startswith("decoder."))  # averaged

@@ -83,7 +83,13 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     config = config.model_copy(update={"model": with_graph_backend_from_environment(config.model)})
     graph = graph_from_tensors(state["graph"])
     layout = VariableLayout(**state["layout"])
-    model = ForecastModel(config=config.model, graph=graph, layout=layout, multistep=config.training.multistep_input)
+    model = ForecastModel(
+        config=config.model,
+        graph=graph,
+        layout=layout,
+        multistep=config.training.multistep_input,
+        output_steps=config.training.multistep_output,
+    )
     model.load_state_dict(state["state_dict"])
     apply_inference_overrides(model)
     norm = state["normalizer"]

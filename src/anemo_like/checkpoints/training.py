@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic
 import torch
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.finite import check_finite_weights
+from anemo_like.config.schema import RunConfig
 from anemo_like.graphs.serialization import load_weights_only
 
 LOG = logging.getLogger(__name__)
@@ -65,12 +67,14 @@ def save_training_checkpoint(
     graph_hash: str,
     keep_last: int,
     run_id: str,
+    weight_average: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write ``folder/step-<step>.pt`` atomically, make ``folder/last.pt`` point at it (atomic hard link, or an
     atomic copy where the file system has none), and delete all but the newest ``keep_last`` step files of the run
     ``run_id`` (files of other runs are never deleted).
 
-    The checkpoint carries its version metadata: format, package version, config hash, graph hash and run id."""
+    The checkpoint carries its version metadata: format, package version, config hash, graph hash and run id, and
+    the weight average (``training.ema``) when one is kept."""
     path = folder / step_checkpoint_name(step)
     atomic_torch_save(
         {
@@ -84,6 +88,7 @@ def save_training_checkpoint(
             "optimizer": optimizer.state_dict(),
             "rng": rng_state(),
             "config": config_json,
+            **({"weight_average": weight_average} if weight_average is not None else {}),
         },
         path,
     )
@@ -149,7 +154,16 @@ def load_training_checkpoint(path: Path) -> dict[str, Any]:
 
 
 # Sections of the config that must match for a checkpoint's weights and optimizer state to fit the run ...
-RESUME_MUST_MATCH = ("model", "graph", "data.variables", "data.normalizer", "data.timestep", "training.multistep_input")
+RESUME_MUST_MATCH = (
+    "model",
+    "graph",
+    "data.variables",
+    "data.normalizer",
+    "data.timestep",
+    "training.multistep_input",
+    "training.multistep_output",
+    "training.freeze",
+)
 # ... except keys that change how the model runs, not its weights (e.g. more chunks after an out-of-memory).
 RESUME_MAY_DIFFER = (
     "num_chunks",
@@ -183,3 +197,35 @@ def resume_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[st
             if key.rsplit(".", 1)[-1] not in RESUME_MAY_DIFFER and flat_old.get(key) != flat_new.get(key):
                 differences.append(f"{key}: {flat_old.get(key)!r} -> {flat_new.get(key)!r}")
     return differences
+
+
+def read_resume_state(path: Path, *, config: dict[str, Any], graph_hash: str) -> dict[str, Any]:
+    """The training checkpoint at ``path``, refused unless it fits the run of ``config`` (a JSON dict) on the
+    graph of ``graph_hash``: same graph, same values under RESUME_MUST_MATCH."""
+    state = load_training_checkpoint(path)
+    check_checkpoint_versions(state, path, config=config, graph_hash=graph_hash)
+    mismatches = resume_mismatches(_with_defaults(json.loads(state["config"])), config)
+    if mismatches:
+        raise ValueError(
+            f"training.resume: {path} was written by a run whose config differs where the weights depend on it:\n  "
+            + "\n  ".join(mismatches)
+        )
+    return state
+
+
+def resume_path(resume: str | None, folder: Path) -> Path | None:
+    """The checkpoint ``training.resume`` names: a path, or with ``auto`` ``folder``'s latest (None: start afresh)."""
+    if resume != "auto":
+        return None if resume is None else Path(resume).expanduser()
+    path = latest_checkpoint(folder)
+    if path is None:
+        LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", folder)
+    return path
+
+
+def _with_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config with the defaults of keys added since it was written (as it was, if it no longer validates)."""
+    try:
+        return RunConfig.model_validate(saved).model_dump(mode="json")
+    except pydantic.ValidationError:
+        return saved

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from anemo_like.config.base import Strict
+from anemo_like.config.loss_schema import LossConfig, ScalersConfig
 
 
 class RolloutConfig(Strict):
@@ -57,6 +58,14 @@ class OptimizerConfig(Strict):
         return self
 
 
+class EmaConfig(Strict):
+    """An exponential moving average of the weights, used for validation and written to ``inference.pt``."""
+
+    decay: float | None = Field(
+        None, ge=0, lt=1, description="weight of the old average per step (e.g. 0.999); null: no averaging"
+    )
+
+
 Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
 
 
@@ -76,6 +85,7 @@ class TrainingConfig(Strict):
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads 32 as a number
 
     multistep_input: int = Field(2, ge=1)
+    multistep_output: int = Field(1, ge=1, description="future states the decoder predicts per forward pass")
     rollout: RolloutConfig = RolloutConfig()
     val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
     val_climatology_dates: int = Field(
@@ -103,6 +113,39 @@ class TrainingConfig(Strict):
             raise ValueError(f"weights must be >= 0, got {negative}")
         return weights
 
+    loss: LossConfig = LossConfig()
+    scalers: ScalersConfig = ScalersConfig()
+
     resume: str | None = Field(
         None, description="training checkpoint to continue from; 'auto': the run folder's latest, if any"
     )
+    init_from: str | None = Field(
+        None,
+        description="inference.pt or training checkpoint whose weights start this run, by parameter name (shapes "
+        "that differ stay freshly initialised); optimiser, schedule and step start fresh",
+    )
+    init_statistics: Literal["dataset", "checkpoint"] = Field(
+        "dataset", description="normalisation statistics of a warm start: the new dataset's or init_from's"
+    )
+    freeze: list[str] = Field(
+        default_factory=list, description="module paths (e.g. encoder, processor.layers.0) that are not trained"
+    )
+    ema: EmaConfig = EmaConfig()
+
+    @model_validator(mode="after")
+    def _rollout_covers_output_steps(self) -> TrainingConfig:
+        if self.rollout.max < self.multistep_output:
+            raise ValueError(
+                f"rollout.max ({self.rollout.max}) is below multistep_output ({self.multistep_output}): the last "
+                "states each forward pass predicts would never be trained; raise rollout.max"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _init_from_is_not_resume(self) -> TrainingConfig:
+        if self.init_from is not None and self.resume not in (None, "auto"):
+            raise ValueError(
+                f"init_from ({self.init_from}) and resume ({self.resume}) cannot be combined: resume continues a "
+                "run exactly, init_from starts a new one from its weights; set one of them"
+            )
+        return self

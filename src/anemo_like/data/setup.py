@@ -235,6 +235,23 @@ def _read_normalizer(config: RunConfig, store: AnemoiZarr, roles: VariableRoles)
     return Normalizer.from_statistics(names=roles.read, statistics=statistics, methods=methods, source=str(store.path))
 
 
+def _with_statistics_of(normalizer: Normalizer, source: Normalizer, *, where: str) -> Normalizer:
+    """``normalizer`` with the offset and scale of every variable ``source`` also normalises (``where`` names it)."""
+    offset, scale = normalizer.offset.copy(), normalizer.scale.copy()
+    shared = [name for name in normalizer.names if name in source.names]
+    for name in shared:
+        i, j = normalizer.names.index(name), source.names.index(name)
+        offset[i], scale[i] = source.offset[j], source.scale[j]
+    others = [name for name in normalizer.names if name not in source.names]
+    LOG.info(
+        "normalisation statistics of %s for %d variables%s",
+        where,
+        len(shared),
+        f"; of the dataset for {', '.join(others)}" if others else "",
+    )
+    return Normalizer(list(normalizer.names), offset, scale)
+
+
 def _variable_layout(config: RunConfig, roles: VariableRoles, normalizer: Normalizer) -> VariableLayout:
     """The model's input/output variable layout, with the normalised zero of each ``model.relu_bounded`` output."""
     floors = {}
@@ -347,14 +364,19 @@ def _climatology_baseline(
     return climatology
 
 
-def setup_data(config: RunConfig, *, data_parallel_size: int | None = None) -> DataSetup:
+def setup_data(
+    config: RunConfig, *, data_parallel_size: int | None = None, statistics: tuple[str, Normalizer] | None = None
+) -> DataSetup:
     """Open the dataset(s), check the config against them and build the train/val windows. ``data_parallel_size``:
-    the model instances sharing each global training batch (None: from the open process group, else 1)."""
+    the model instances sharing each global training batch (None: from the open process group, else 1);
+    ``statistics``: (where from, normaliser) whose offsets and scales replace the dataset's for the variables it has."""
     store = open_anemoi_zarr(resolve_dataset_path(config))
     val_store = open_val_store(config, store)
     roles = VariableRoles.from_config(config.data.variables)
     stride = _model_step_stride(config, store)
     normalizer = _read_normalizer(config, store, roles)
+    if statistics is not None:
+        normalizer = _with_statistics_of(normalizer, statistics[1], where=statistics[0])
     layout = _variable_layout(config, roles, normalizer)
     shared = {"stride": stride, "roles": roles, "normalizer": normalizer}
     train = _split_windows(config, store, "train", rollout=config.training.rollout.max, **shared)

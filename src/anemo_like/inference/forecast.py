@@ -80,6 +80,18 @@ def _read_windows(inputs: ForecastInputs, init_indices: np.ndarray, grid: slice)
     return windows
 
 
+def _forecast_spec(inputs: ForecastInputs) -> ForecastSpec:
+    """The rollout's view of a forecast window: the inputs in order, the prognostic variables as (unknown) targets."""
+    num_prognostic = len(inputs.roles.prognostic)
+    return ForecastSpec(
+        multistep=inputs.multistep,
+        input_positions=list(range(len(inputs.roles.input))),
+        output_positions=list(range(num_prognostic)),  # the targets: unknown (NaN) here, ignored
+        num_prognostic=num_prognostic,
+        output_steps=inputs.output_steps,
+    )
+
+
 @torch.inference_mode()
 def run_forecasts(
     model: nn.Module,
@@ -98,22 +110,18 @@ def run_forecasts(
     outputs are never fed back. ``model`` (on ``device``, in ``dtype``) gets its inputs in ``dtype``. A sharded
     model's ranks read their ``grid`` block of the inputs and ``gather`` the blocks on the device, (B, T, g, V) ->
     (B, T, G, V), only for the times each step reads (the rollout's ``gather``). ``progress`` shows the steps done
-    (:mod:`anemo_like.progress`; each step's time and peak memory are logged at DEBUG level).
+    (:mod:`anemo_like.progress`; each step's time and peak memory are logged at DEBUG level). A model of
+    ``inputs.output_steps`` = K > 1 predicts K steps per forward pass: the first step of each pass takes its time,
+    the other K - 1 are read from its output.
     """
     roles = inputs.roles
-    num_inputs = len(roles.input)
     init_indices = inputs.init_indices
     out = inputs.output_normalizer
     forecasts = np.empty((len(init_indices), inputs.steps, inputs.store.shape[-1], len(roles.output)), np.float32)
     start_mib = start_memory_mib(device)
     started = time.perf_counter()
     step_seconds = 0.0
-    spec = ForecastSpec(
-        multistep=inputs.multistep,
-        input_positions=list(range(num_inputs)),
-        output_positions=list(range(len(roles.prognostic))),  # the targets: unknown (NaN) here, ignored
-        num_prognostic=len(roles.prognostic),
-    ).on(device)
+    spec = _forecast_spec(inputs).on(device)
     with Progress(len(init_indices) * inputs.steps, desc="forecast", unit="step", enabled=progress) as bar:
         for first in range(0, len(init_indices), batch_size):
             chunk = init_indices[first : first + batch_size]

@@ -106,6 +106,7 @@ class ForecastInputs:
     steps: int  # model steps to the lead time
     step: datetime.timedelta  # the model step
     init_indices: np.ndarray  # (N,) int64 dataset indices of the initial dates (the last input state)
+    output_steps: int = 1  # states per forward pass (training.multistep_output); ``steps`` still counts model steps
 
     @property
     def init_dates(self) -> np.ndarray:
@@ -251,6 +252,7 @@ def open_inputs(config: InferenceConfig, *, bundle: InferenceBundle, checkpoint:
         init_indices=_initial_indices(
             config, store, history=(multistep - 1) * stride, multistep=multistep, step=run.data.timestep
         ),
+        output_steps=run.training.multistep_output,
     )
     _check_forcings_reach(inputs, lead_time=config.lead_time)
     return inputs

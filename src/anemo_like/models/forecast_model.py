@@ -31,22 +31,28 @@ def _check_chunks_resolved(config: ModelConfig) -> None:
 
 
 class ForecastModel(nn.Module):
-    """Maps ``multistep`` normalised past states to the next normalised state.
+    """Maps ``multistep`` normalised past states to the next ``output_steps`` normalised states.
 
-    Input (B, T, G, V_in) -> output (B, G, V_out). The last input state is added to the prognostic outputs, so
-    the network predicts the tendency of prognostic variables and the value of diagnostic ones.
+    Input (B, T, G, V_in) -> output (B, G, V_out), or (B, K, G, V_out) for K = ``output_steps`` > 1. The last input
+    state is added to the prognostic outputs (of every one of the K states), so the network predicts the change of
+    prognostic variables since the last input state and the value of diagnostic ones.
 
     Sharded over a model group (:func:`anemo_like.distributed.parallelize.shard_model`), every rank takes the
     whole input, computes its blocks of hidden and grid nodes, and returns the whole output (gathered).
     """
 
-    def __init__(self, *, config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int) -> None:
+    def __init__(
+        self, *, config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int, output_steps: int = 1
+    ) -> None:
         """``graph``: data and hidden nodes (``x``: latitude and longitude in radians) and the encoder, decoder and
         (graph-transformer processor) hidden->hidden edges; ``multistep`` past states of ``layout.num_input``
-        variables in, ``layout.num_output`` out. Every ``num_chunks`` must be resolved (no ``auto``)."""
+        variables in, ``output_steps`` states of ``layout.num_output`` out (the decoder head predicts
+        ``output_steps * layout.num_output`` values per grid point). Every ``num_chunks`` must be resolved (no
+        ``auto``)."""
         super().__init__()
         _check_chunks_resolved(config)
         self.layout = layout
+        self.output_steps = output_steps
         self.shard = ModelShard()
         self.latent_skip = config.latent_skip
         self.data_features = NodeFeatures(latlon_rad=graph["data"].x, trainable_size=config.trainable.nodes)
@@ -74,7 +80,7 @@ class ForecastModel(nn.Module):
             graph=graph,
             edge_type=DECODER_EDGES,
             dst_in_channels=data_in,
-            out_channels=layout.num_output,
+            out_channels=output_steps * layout.num_output,
             sources_sharded=True,
         )
         self.register_buffer("prognostic_input", torch.tensor(layout.prognostic_input, dtype=torch.long))
@@ -85,8 +91,9 @@ class ForecastModel(nn.Module):
         self.register_buffer("output_floor", floor if layout.relu_floor else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, T, G, V_in) normalised -> (B, G, V_out) normalised, in x's dtype (also under autocast: the
-        network's output, in the autocast dtype, is added to the last state in full precision)."""
+        """x: (B, T, G, V_in) normalised -> (B, G, V_out), or (B, K, G, V_out) for K = ``output_steps`` > 1,
+        normalised, in x's dtype (also under autocast: the network's output, in the autocast dtype, is added to the
+        last state in full precision)."""
         batch, _, grid, _ = x.shape
         x_data = torch.cat([x.transpose(1, 2).reshape(batch, grid, -1), self.data_features(batch)], dim=-1)
         hidden = self.hidden_features(batch)
@@ -97,6 +104,9 @@ class ForecastModel(nn.Module):
         out = self.decoder(processed, x_data[:, slice(*self.shard.block(grid))])
         out = gather_nodes(out, self.shard.group, self.shard.sizes(grid))
         residual = x[:, -1].index_select(-1, self.prognostic_input)
+        if self.output_steps > 1:  # (B, G, K * V_out) -> (B, K, G, V_out), each state a change from the last input
+            out = out.unflatten(-1, (self.output_steps, -1)).transpose(1, 2)
+            residual = residual.unsqueeze(1).expand(-1, self.output_steps, -1, -1)
         out = out.to(x.dtype).index_add(-1, self.prognostic_output, residual)  # fp32 under autocast
         if self.output_floor is not None:
             out = torch.maximum(out, self.output_floor.to(out.dtype))

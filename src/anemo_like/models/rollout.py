@@ -13,14 +13,16 @@ from torch import Tensor, nn
 class ForecastSpec:
     """Where the model's inputs and targets sit in a sample's variable axis.
 
-    ``multistep`` past states feed each step; ``input_positions`` (V_in,) and ``output_positions`` (V_out,) index
-    the sample's variables; both start with the ``num_prognostic`` prognostic variables, which are fed back.
+    ``multistep`` past states feed each forward pass, which predicts the ``output_steps`` next states;
+    ``input_positions`` (V_in,) and ``output_positions`` (V_out,) index the sample's variables; both start with the
+    ``num_prognostic`` prognostic variables, which are fed back.
     """
 
     multistep: int
     input_positions: Sequence[int] | Tensor
     output_positions: Sequence[int] | Tensor
     num_prognostic: int
+    output_steps: int = 1
 
     def on(self, device: torch.device | str) -> ForecastSpec:
         """The same spec with its positions as tensors on ``device`` (no host-to-device copy per step)."""
@@ -29,6 +31,7 @@ class ForecastSpec:
             input_positions=torch.as_tensor(self.input_positions, device=device),
             output_positions=torch.as_tensor(self.output_positions, device=device),
             num_prognostic=self.num_prognostic,
+            output_steps=self.output_steps,
         )
 
 
@@ -40,11 +43,14 @@ def rollout(
     steps: int,
     gather: Callable[[Tensor], Tensor] | None = None,
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Yield (prediction, target) for ``steps`` autoregressive steps.
+    """Yield (prediction, target) for ``steps`` lead times, one model step apart.
 
-    batch: (B, multistep + steps, G, V_sample) normalised; prediction and target: (B, G, V_out). With ``gather``
-    the batch holds this rank's block of the grid, (B, multistep + steps, g, V_sample), and ``gather`` makes the
-    whole grid ((B, T, g, V) -> (B, T, G, V)) of the times each step reads, so no rank holds the whole batch.
+    batch: (B, multistep + steps, G, V_sample) normalised; prediction and target: (B, G, V_out). Each forward pass
+    gives ``spec.output_steps`` = K states ((B, G, V_out) for K = 1, else (B, K, G, V_out)), yielded one by one (of
+    the last pass only those still needed); the next pass reads the last ``multistep`` states, predicted prognostic
+    variables with the batch's known variables of their times. With ``gather`` the batch holds this rank's block of
+    the grid, (B, multistep + steps, g, V_sample), and ``gather`` makes the whole grid ((B, T, g, V) -> (B, T, G,
+    V)) of the times each step reads, so no rank holds the whole batch.
     """
     inputs = torch.as_tensor(spec.input_positions, device=batch.device)
     outputs = torch.as_tensor(spec.output_positions, device=batch.device)
@@ -54,12 +60,26 @@ def rollout(
         return block if gather is None else gather(block)
 
     x = times(0, spec.multistep).index_select(-1, inputs)
-    for step in range(steps):
-        prediction = model(x)
-        time = spec.multistep + step
-        sample = times(time, time + 1)[:, 0]
-        yield prediction, sample.index_select(-1, outputs)
-        if step + 1 < steps:
-            known = sample.index_select(-1, inputs)
-            state = torch.cat([prediction[..., : spec.num_prognostic], known[..., spec.num_prognostic :]], dim=-1)
-            x = torch.cat([x[:, 1:], state.unsqueeze(1)], dim=1)
+    done = 0
+    while done < steps:
+        output = model(x)
+        states = output.unsqueeze(1) if spec.output_steps == 1 else output  # (B, K, G, V_out)
+        samples = []
+        for k in range(min(spec.output_steps, steps - done)):
+            time = spec.multistep + done + k
+            samples.append(times(time, time + 1)[:, 0])
+            yield states[:, k], samples[-1].index_select(-1, outputs)
+        done += len(samples)
+        if done < steps:
+            x = _next_inputs(x, states, samples, spec, inputs)
+
+
+def _next_inputs(x: Tensor, states: Tensor, samples: list[Tensor], spec: ForecastSpec, inputs: Tensor) -> Tensor:
+    """The last ``multistep`` states of ``x`` (B, T, G, V_in) followed by the K predicted ``states`` (B, K, G,
+    V_out): predicted prognostic variables, the known variables of ``samples`` (K of (B, G, V_sample))."""
+    fed = []
+    for k in range(max(0, len(samples) - spec.multistep), len(samples)):
+        known = samples[k].index_select(-1, inputs)
+        fed.append(torch.cat([states[:, k, ..., : spec.num_prognostic], known[..., spec.num_prognostic :]], dim=-1))
+    kept = x[:, len(fed) :]
+    return torch.cat([kept, torch.stack(fed, dim=1)], dim=1)

@@ -190,14 +190,23 @@ def check_chunks_fit_graph(config: ModelConfig, graph: HeteroData) -> None:
             )
 
 
-def count_parameters(config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int) -> int:
-    """Parameters of the model ``config`` describes, counted on the meta device (no memory, any chunking)."""
+def count_parameters(
+    config: ModelConfig, graph: HeteroData, layout: VariableLayout, multistep: int, output_steps: int = 1
+) -> int:
+    """Parameters of the model ``config`` describes (``multistep`` states in, ``output_steps`` out), counted on the
+    meta device (no memory, any chunking)."""
     fixed = {
         name: getattr(config, name).model_copy(update={"num_chunks": 1, "gradient_checkpointing": True})
         for name in COMPONENTS
     }
     with torch.device("meta"):
-        model = ForecastModel(config=config.model_copy(update=fixed), graph=graph, layout=layout, multistep=multistep)
+        model = ForecastModel(
+            config=config.model_copy(update=fixed),
+            graph=graph,
+            layout=layout,
+            multistep=multistep,
+            output_steps=output_steps,
+        )
     return sum(p.numel() for p in model.parameters())
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import HeteroData
 
+from anemo_like.checkpoints.weights import CheckpointWeights, read_checkpoint_weights
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.data.setup import DataSetup, setup_data
 from anemo_like.distributed.environment import (
@@ -51,10 +52,13 @@ from anemo_like.runtime.process_memory import current_memory_mib, peak_memory_mi
 from anemo_like.tracking.background import SenderProcess
 from anemo_like.tracking.tracker import Tracker
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
-from anemo_like.training.loss import WeightedMSE
+from anemo_like.training.ema import WeightAverage
+from anemo_like.training.loss import WeightedLoss
 from anemo_like.training.optimizer import build_adamw
 from anemo_like.training.run_folder import check_run_folder_is_free, create_run_folder, remove_stale_temporary_files
+from anemo_like.training.scalers import build_loss
 from anemo_like.training.schedule import learning_rate_scale
+from anemo_like.training.warm_start import freeze_modules, load_matching_weights
 
 LOG = logging.getLogger(__name__)
 
@@ -92,13 +96,14 @@ class Run:
     parallel: Parallelized
     optimizer: torch.optim.Optimizer
     lr_factor: float
-    loss_fn: WeightedMSE
+    loss_fn: WeightedLoss
     area_weight: torch.Tensor  # (G,)
     spec: ForecastSpec  # positions as tensors on the device
     grid_bounds: list[tuple[int, int]]  # the grid blocks each rank of a reader group reads
     tracker: Tracker | None  # rank 0's experiment tracking (diagnostics.tracking), its sender already started
     memory_plan: MemoryPlan | None  # the plan that resolved auto settings (None: nothing was auto)
     memory_before_model_mib: tuple[float, float]  # memory in use and its peak so far, before the model was built
+    weight_average: WeightAverage | None  # training.ema: the averaged weights (None: not kept)
 
 
 def seed_everything(seed: int) -> None:
@@ -139,10 +144,30 @@ def place(config: RunConfig) -> Placement:
     return Placement(launch, device, groups, run_dir)
 
 
-def load_data_and_graph(config: RunConfig, launch: LaunchEnvironment) -> tuple[DataSetup, HeteroData]:
+def read_warm_start(config: RunConfig) -> CheckpointWeights | None:
+    """The weights of ``training.init_from`` on the CPU (None when unset); with ``training.init_statistics:
+    checkpoint`` it must be an inference checkpoint, the one format that holds statistics."""
+    training = config.training
+    if training.init_from is None:
+        return None
+    weights = read_checkpoint_weights(Path(training.init_from).expanduser(), key="training.init_from")
+    if training.init_statistics == "checkpoint" and weights.normalizer is None:
+        raise ValueError(
+            f"training.init_statistics=checkpoint: {weights.path} is a training checkpoint, which holds no "
+            "normalisation statistics; start from the run's inference.pt or set training.init_statistics=dataset"
+        )
+    return weights
+
+
+def load_data_and_graph(
+    config: RunConfig, launch: LaunchEnvironment, warm_start: CheckpointWeights | None
+) -> tuple[DataSetup, HeteroData]:
     """The dataset and its graph; rank 0 first, so it generates the built-in dataset and caches the graph."""
+    statistics = None
+    if warm_start is not None and config.training.init_statistics == "checkpoint":
+        statistics = (f"training.init_from {warm_start.path}", warm_start.normalizer)
     with main_rank_first(launch):
-        data = setup_data(config)
+        data = setup_data(config, statistics=statistics)
         cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
         graph = load_or_build_graph(
             data.store.latitudes,
@@ -169,7 +194,9 @@ def resolve_memory_plan(
     # every rank must choose the same plan (their collectives pair up): rank 0's budget decides; the
     # prediction is for a whole, unsharded instance, so with model sharding it errs on the side of more memory
     budget = int(rank_zero_value(str(budget), placement.launch))
-    num_parameters = count_parameters(config.model, graph, data.layout, config.training.multistep_input)
+    num_parameters = count_parameters(
+        config.model, graph, data.layout, config.training.multistep_input, config.training.multistep_output
+    )
     batch = config.dataloader.batch_size
     model_config, plan = resolve_auto_settings(
         config.model, graph=graph, batch_size=batch.train, num_parameters=num_parameters, budget_bytes=budget
@@ -193,13 +220,30 @@ def check_run_options(config: RunConfig, placement: Placement) -> PrecisionPlan:
     return precision
 
 
-def build_model(config: RunConfig, *, graph: HeteroData, data: DataSetup, placement: Placement, dtype: torch.dtype):
-    """The model on the device, with ANEMOI_INFERENCE_* eval overrides (validation) and parallelism applied."""
+def build_model(
+    config: RunConfig,
+    *,
+    graph: HeteroData,
+    data: DataSetup,
+    placement: Placement,
+    dtype: torch.dtype,
+    warm_start: CheckpointWeights | None,
+):
+    """The model on the device: warm-started on the CPU (``training.init_from``), frozen where
+    ``training.freeze`` says, with ANEMOI_INFERENCE_* eval overrides (validation) and parallelism applied."""
     if placement.device.type == "cpu":
         set_heap_release(config.system.hardware.release_cpu_heap_mib)
     model = ForecastModel(
-        config=config.model, graph=graph, layout=data.layout, multistep=config.training.multistep_input
-    ).to(placement.device, dtype)
+        config=config.model,
+        graph=graph,
+        layout=data.layout,
+        multistep=config.training.multistep_input,
+        output_steps=config.training.multistep_output,
+    )
+    if warm_start is not None:
+        load_matching_weights(model, warm_start)
+    freeze_modules(model, config.training.freeze)
+    model = model.to(placement.device, dtype)
     apply_inference_overrides(model)
     parallel = parallelize(model, placement.groups, hardware=config.system.hardware, model_config=config.model)
     return model, parallel
@@ -213,7 +257,8 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     seed_everything(config.training.seed)
     placement = place(config)
     tracker = open_tracking(config, placement, tracking_sender)
-    data, graph = load_data_and_graph(config, placement.launch)
+    warm_start = read_warm_start(config)
+    data, graph = load_data_and_graph(config, placement.launch, warm_start)
     precision = check_run_options(config, placement)
     model_config, memory_plan, validation_chunks = resolve_memory_plan(
         config, graph=graph, data=data, placement=placement
@@ -221,17 +266,20 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     config = config.model_copy(update={"model": model_config})
     check_chunks_fit_graph(config.model, graph)
     memory_before_model = (current_memory_mib(placement.device) or 0.0, peak_memory_mib(placement.device) or 0.0)
-    model, parallel = build_model(config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype)
+    model, parallel = build_model(
+        config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype, warm_start=warm_start
+    )
+    del warm_start  # its tensors are copied: free the CPU copy before training
     apply_validation_chunks(model, validation_chunks, config.dataloader.batch_size.val)
     opt = config.training.optimizer
-    weights = [config.training.variable_loss_weights.get(n, 1.0) for n in data.roles.output]
     area_weight = torch.as_tensor(graph["data"].area_weight, dtype=torch.float32)
-    loss_fn = WeightedMSE(area_weight=area_weight, variable_weight=torch.tensor(weights, dtype=torch.float32))
+    loss_fn = build_loss(config, data, area_weight)
     spec = ForecastSpec(
         multistep=config.training.multistep_input,
         input_positions=data.input_positions,
         output_positions=data.output_positions,
         num_prognostic=len(data.roles.prognostic),
+        output_steps=config.training.multistep_output,
     )
     return Run(
         config=config,
@@ -242,7 +290,9 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         precision=precision,
         model=model,
         parallel=parallel,
-        optimizer=build_adamw(model.parameters(), opt, capturable=config.training.cuda_graphs),
+        optimizer=build_adamw(
+            [p for p in model.parameters() if p.requires_grad], opt, capturable=config.training.cuda_graphs
+        ),
         lr_factor=learning_rate_scale(opt.lr_scaling, placement.groups.dp_size),
         loss_fn=loss_fn.to(placement.device),
         area_weight=area_weight,
@@ -251,6 +301,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         tracker=tracker,
         memory_plan=memory_plan,
         memory_before_model_mib=memory_before_model,
+        weight_average=WeightAverage(model, decay=ema) if (ema := config.training.ema.decay) is not None else None,
     )
 
 

@@ -9,7 +9,6 @@ on the device and read every ``diagnostics.log_every_n_steps``; stop decisions t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -19,10 +18,8 @@ import torch
 
 from anemo_like.checkpoints.finite import first_nonfinite
 from anemo_like.checkpoints.training import (
-    check_checkpoint_versions,
-    latest_checkpoint,
-    load_training_checkpoint,
-    resume_mismatches,
+    read_resume_state,
+    resume_path,
     save_training_checkpoint,
     set_rng_state,
 )
@@ -38,6 +35,7 @@ from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import peak_memory_mib
 from anemo_like.tracking.background import SenderProcess
 from anemo_like.training.cuda_graphs import CapturedStep
+from anemo_like.training.ema import averaged_weights
 from anemo_like.training.hooks import StepHook, default_hooks
 from anemo_like.training.metrics import LossWindow, MetricsLog
 from anemo_like.training.nonfinite import NonFiniteSteps, TrainingDiverged, gradient_norm, step_is_finite
@@ -61,7 +59,7 @@ class Trainer:
         self.device, self.run_dir, self.groups = run.placement.device, run.placement.run_dir, run.placement.groups
         self.is_main, self.validates = run.placement.is_main, run.placement.validates
         self.data, self.graph, self.graph_hash, self.precision = run.data, run.graph, run.graph_hash, run.precision
-        self.gradients = run.parallel.gradients
+        self.gradients, self.average = run.parallel.gradients, run.weight_average
         self.normalize_batch = self.data.device_normalizer(self.device)
         self.val_loader = self.data.val_loader(self.loader_options("val"))  # built once: workers may persist
         self.step, self.eager_steps = 0, 0
@@ -71,32 +69,21 @@ class Trainer:
         self.nonfinite = NonFiniteSteps(self.device, limit=self.config.training.max_nonfinite_steps)
         self.saved_step: int | None = None  # the step of the newest checkpoint of this run
         self.run_id = uuid.uuid4().hex  # names this run's checkpoints: pruning deletes only those
-        resume = self._resume_path(self.config.training.resume)
+        resume = resume_path(self.config.training.resume, self.checkpoint_path.parent)
         if resume is not None:
             self._resume(resume)
         log_run(run)
 
     # ------------------------------------------------------------------------------------------- state
-    def _resume_path(self, resume: str | None) -> Path | None:
-        if resume != "auto":
-            return None if resume is None else Path(resume).expanduser()
-        path = latest_checkpoint(self.checkpoint_path.parent)
-        if path is None:
-            LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", self.checkpoint_path.parent)
-        return path
-
     def _resume(self, path: Path) -> None:
-        state = load_training_checkpoint(path)
-        current = self.config.model_dump(mode="json")
-        check_checkpoint_versions(state, path, config=current, graph_hash=self.graph_hash)
-        mismatches = resume_mismatches(json.loads(state["config"]), current)
-        if mismatches:
-            raise ValueError(
-                f"training.resume: {path} was written by a run whose config differs where the weights depend on it:\n  "
-                + "\n  ".join(mismatches)
-            )
+        state = read_resume_state(path, config=self.config.model_dump(mode="json"), graph_hash=self.graph_hash)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.average is not None and "weight_average" in state:
+            self.average.load_state_dict(state["weight_average"])
+        elif self.average is not None:
+            LOG.info("training.ema: %s holds no weight average; the average starts from its weights", path)
+            self.average.reset()
         set_rng_state(state["rng"])
         self.step = self.saved_step = int(state["step"])
         if state.get("run_id") and path.resolve().is_relative_to(self.run_dir.resolve()):
@@ -126,6 +113,7 @@ class Trainer:
                 graph_hash=self.graph_hash,
                 keep_last=self.config.training.checkpoint_keep_last,
                 run_id=self.run_id,
+                weight_average=None if self.average is None else self.average.state_dict(),
             )
         self._last_save = time.perf_counter()
         self.saved_step = self.step
@@ -225,9 +213,16 @@ class Trainer:
             scaler.step(self.optimizer)
             scaler.update()
         self.nonfinite.record(bad)
+        if self.average is not None:
+            self.average.update()
         return loss.detach()
 
     def validate(self) -> ValidationResult:
+        """Score rollouts of the validation split (with the averaged weights when ``training.ema`` keeps them)."""
+        with averaged_weights(self.average):
+            return self._validate()
+
+    def _validate(self) -> ValidationResult:
         data, cfg = self.data, self.config
         output_index = [data.roles.read.index(n) for n in data.roles.output]
         scoring = Scoring(
@@ -283,14 +278,15 @@ class Trainer:
             if not metrics.has(self.step, "val_loss"):  # a resume of a finished run records it once
                 metrics.write({"step": self.step, **result.as_record()})
         plots = self.validates and self.config.diagnostics.plots
-        sample = forecast_sample(self.run, self.prepare_batch) if plots else None
-        if not self.is_main:  # rank 0 writes the run's outputs
-            return None
-        seconds = time.perf_counter() - started
-        return write_run_outputs(
-            self.run, step=self.step, result=result, metrics=metrics, seconds=seconds, sample=sample,
-            training_checkpoint=self.checkpoint_path,
-        )  # fmt: skip
+        with averaged_weights(self.average):  # the plots and inference.pt show the averaged weights
+            sample = forecast_sample(self.run, self.prepare_batch) if plots else None
+            if not self.is_main:  # rank 0 writes the run's outputs
+                return None
+            seconds = time.perf_counter() - started
+            return write_run_outputs(
+                self.run, step=self.step, result=result, metrics=metrics, seconds=seconds, sample=sample,
+                training_checkpoint=self.checkpoint_path,
+            )  # fmt: skip
 
     def _train(self, metrics: MetricsLog, hooks: list[StepHook], started: float) -> ValidationResult | None:
         """The loop; returns the last validation (None when no step ran)."""

@@ -1,0 +1,125 @@
+"""Pretrain then fine-tune against training from scratch, at equal CPU time, on the Held-Suarez data; ONE JSON line.
+
+    python benchmarks/finetune_skill.py --dataset ../shared/data/hs-t21-seed1-1y.zarr [--output DIR] [--threads 1]
+        [--finetune-steps 1500] [--sequential]
+
+Two pipelines run side by side (each process with ``--threads`` threads, so on 2 cores they do not slow each other
+more than sharing the machine does): ``hs_t21_cpu`` from scratch, and ``hs_t21`` (rollout 1) followed by
+``hs_t21_finetune`` from its ``inference.pt``. Each is the documented command in a fresh process; ``max_minutes``
+is lifted so the step schedules decide. Printed: each pipeline's CPU seconds (every process it ran, from the
+kernel's accounting of that process), its final validation RMSE on ``data.splits.val`` (the held-out months, 4
+steps of 6 h), and the fine-tuned / from-scratch RMSE ratio per variable at 6 h and 24 h. The target: a 24 h
+ratio <= 1 for every scored variable at no more CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from skill import REFERENCE_RMSE, anemo_train_command, final_scores
+
+SCORED = list(REFERENCE_RMSE)  # z_500, t_850, u_250, v_500, sp
+LEADS = ("6h", "1d")
+
+
+def run_command(config: str, run_dir: Path, args: argparse.Namespace, extra: list[str]) -> dict:
+    """``anemo-train --config-name=CONFIG`` into ``run_dir``; its wall and CPU seconds (the process and the
+    children it waited for, e.g. loader workers)."""
+    run_dir.mkdir(parents=True)
+    threads = [f"system.hardware.num_threads={args.threads}", "training.max_minutes=null"]
+    command = anemo_train_command(config, args.dataset, run_dir, [*threads, *extra])
+    env = os.environ | {"ANEMO_LIKE_CACHE": str(run_dir / "cache")}
+    started = time.perf_counter()
+    with (run_dir / "stdout.log").open("w") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed: see {run_dir / 'stdout.log'}")
+    return {"wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def scratch(args: argparse.Namespace, root: Path) -> dict:
+    run = run_command("hs_t21_cpu", root / "scratch", args, [])
+    return run | {"scores": final_scores(root / "scratch" / "metrics.jsonl")}
+
+
+def pretrain_then_finetune(args: argparse.Namespace, root: Path) -> dict:
+    pretrain = run_command("hs_t21", root / "pretrain", args, [])
+    weights = root / "pretrain" / "inference.pt"
+    finetune = run_command(
+        "hs_t21_finetune",
+        root / "finetune",
+        args,
+        [f"training.init_from={weights}", f"training.max_steps={args.finetune_steps}"],
+    )
+    return {
+        "wall_s": pretrain["wall_s"] + finetune["wall_s"],
+        "cpu_s": pretrain["cpu_s"] + finetune["cpu_s"],
+        "pretrain_cpu_s": round(pretrain["cpu_s"]),
+        "scores": final_scores(root / "finetune" / "metrics.jsonl"),
+    }
+
+
+def run_pipelines(args: argparse.Namespace, root: Path) -> tuple[dict, dict]:
+    """Both pipelines, side by side (or one after the other with ``--sequential``)."""
+    results: dict[str, dict] = {}
+    jobs = {"scratch": scratch, "finetuned": pretrain_then_finetune}
+
+    def run(name: str) -> None:
+        results[name] = jobs[name](args, root)
+
+    if args.sequential:
+        for name in jobs:
+            run(name)
+    else:
+        threads = [threading.Thread(target=run, args=(name,)) for name in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if len(results) != 2:
+            raise SystemExit(f"a pipeline failed (see the stdout.log files under {root})")
+    return results["scratch"], results["finetuned"]
+
+
+def summary(run: dict) -> dict:
+    rmse = {f"{v}_{lead}": round(run["scores"][f"rmse_{v}_{lead}"], 4) for v in SCORED for lead in LEADS}
+    extra = {k: v for k, v in run.items() if k not in ("scores", "wall_s", "cpu_s")}
+    return {"wall_s": round(run["wall_s"]), "cpu_s": round(run["cpu_s"]), "steps": run["scores"]["step"], **extra,
+            "rmse": rmse}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="the Held-Suarez dataset (anemoi-datasets zarr)")
+    parser.add_argument("--output", type=Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per training process")
+    parser.add_argument("--finetune-steps", type=int, default=1500)
+    parser.add_argument("--sequential", action="store_true", help="run the pipelines one after the other")
+    args = parser.parse_args()
+    root = args.output or Path(tempfile.mkdtemp(prefix="anemo-finetune-"))
+    scratch_run, finetuned_run = (summary(run) for run in run_pipelines(args, root))
+    ratio = {key: round(finetuned_run["rmse"][key] / scratch_run["rmse"][key], 3) for key in scratch_run["rmse"]}
+    print(json.dumps({
+        "benchmark": "finetune_skill",
+        "dataset": str(args.dataset),
+        "threads": args.threads,
+        "scratch": scratch_run,
+        "pretrain_finetune": finetuned_run,
+        "cpu_ratio": round(finetuned_run["cpu_s"] / scratch_run["cpu_s"], 3),
+        "rmse_ratio": ratio,
+        "meets_target": all(ratio[f"{v}_1d"] <= 1.0 for v in SCORED)
+        and finetuned_run["cpu_s"] <= scratch_run["cpu_s"],
+        "output": str(root),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The weights of either checkpoint format, for a warm start: ``inference.pt`` or a training checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch import Tensor
+
+from anemo_like.checkpoints.finite import check_finite_weights
+from anemo_like.checkpoints.inference import INFERENCE_FORMAT
+from anemo_like.checkpoints.training import TRAINING_FORMAT
+from anemo_like.data.normalizer import Normalizer
+from anemo_like.graphs.serialization import load_weights_only
+
+
+@dataclass(frozen=True)
+class CheckpointWeights:
+    """A checkpoint's state dict (on the CPU) and, for an inference checkpoint, its normalisation statistics."""
+
+    path: Path
+    state_dict: dict[str, Tensor]
+    normalizer: Normalizer | None  # None: a training checkpoint, which holds none
+
+
+def read_checkpoint_weights(path: Path, *, key: str) -> CheckpointWeights:
+    """Read ``path`` (either format, ``weights_only``); errors name the config ``key`` that gave the path."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{key}: {path} does not exist; give an inference.pt or a training checkpoint")
+    state = load_weights_only(path, what=f"checkpoint ({key})")
+    fmt = state.get("format") if isinstance(state, dict) else None
+    if fmt == INFERENCE_FORMAT:
+        weights, norm = state["state_dict"], state["normalizer"]
+        normalizer = Normalizer(list(norm["names"]), np.asarray(norm["offset"]), np.asarray(norm["scale"]))
+    elif fmt == TRAINING_FORMAT:
+        weights, normalizer = state["model"], None
+    else:
+        raise ValueError(
+            f"{key}: {path} is not an anemo_like checkpoint (expected format {INFERENCE_FORMAT} or {TRAINING_FORMAT})"
+        )
+    check_finite_weights(weights, path, what=f"checkpoint ({key})")
+    return CheckpointWeights(path, weights, normalizer)
