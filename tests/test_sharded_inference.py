@@ -118,6 +118,16 @@ def test_sharded_and_date_parallel_forecasts_equal_one_process(tmp_path, checkpo
         assert_same_forecast(got, single)
 
 
+def test_a_model_of_two_output_steps_sharded_equals_one_process(tmp_path, checkpoints, compose_run) -> None:
+    """training.multistep_output=2: 3 leads are 2 forward passes, the second cut to one state, on 2 shards too."""
+    overrides = [f"data.dataset={checkpoints['dataset']}", *TINY_DATA, *FOUR_HEADS, "training.multistep_output=2",
+                 "training.rollout.start=2", "training.rollout.max=2", "training.val_rollout=3"]  # fmt: skip
+    model = Trainer(compose_run(tmp_path / "run", overrides)).fit().inference_checkpoint
+    single = infer(tmp_path, "single", model, checkpoints["dataset"], world=1)
+    assert single.sizes["step"] == 3
+    assert_same_forecast(infer(tmp_path, "sharded", model, checkpoints["dataset"], world=2, per_copy=2), single)
+
+
 def test_a_failing_rank_stops_every_rank_and_leaves_the_old_forecast(tmp_path, checkpoints) -> None:
     """Copy 1 of 2 reads a damaged chunk (its last date); both ranks stop with status 1, the message once."""
     dataset = tmp_path / "damaged.zarr"
