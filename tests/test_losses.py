@@ -15,13 +15,12 @@ from test_bad_inputs import N_DATES, N_LAT, N_LON, config_error, tiny_grid
 
 from anemo_like.config.loss_schema import LossConfig, NodeMask, NodeScaler, PressureLevelScaler, TendencyScaler
 from anemo_like.data.setup import setup_data
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr, read_tendency_stdev, write_anemoi_zarr
 from anemo_like.training.loss import WeightedLoss, WeightedMSE, pointwise_error
 from anemo_like.training.scalers import (
     build_loss,
     node_weights,
     pressure_level_factors,
-    stored_tendency_stdev,
     tendency_factors,
 )
 from anemo_like.training.trainer import Trainer
@@ -183,7 +182,7 @@ def test_shared_dataset_levels_and_tendencies_are_read_from_it() -> None:
     factors, from_names = pressure_level_factors(PressureLevelScaler(kind="relu"), store, ["sp", "t_250", "z_500"])
     assert factors.tolist() == pytest.approx([1.0, 0.25, 0.5]) and from_names == []
     stored = zarr.open_group(SHARED_DATASET, mode="r")["statistics_tendencies_6h_stdev"][:]
-    np.testing.assert_array_equal(stored_tendency_stdev(store, store.frequency), stored)
+    np.testing.assert_array_equal(read_tendency_stdev(store, store.frequency), stored)
 
 
 def expected_tendency(path: Path, names: list[str], power: int) -> np.ndarray:
@@ -229,6 +228,15 @@ def test_tendency_factors_use_the_dataset_statistics(tmp_path, tiny_config, data
     zarr.open_group(copy, mode="r+")["statistics_tendencies_6h_stdev"][:] = stored
     with pytest.raises(ValueError, match=r"training.scalers.tendency: the 6h change of .* z_500 \(0\)"):
         tendency_factors(TendencyScaler(kind="variance"), config, setup_data(config))
+
+    group = zarr.open_group(copy, mode="r+")
+    del group["statistics_tendencies_6h_stdev"]
+    group.create_array("statistics_tendencies_6h_stdev", data=stored[:3])  # not one value per variable
+    with pytest.raises(ValueError) as error:
+        tendency_factors(TendencyScaler(kind="variance"), config, setup_data(config))
+    assert str(error.value) == (
+        f"{copy.resolve()}: 'statistics_tendencies_6h_stdev' has shape (3,); expected ({len(VARIABLES)},)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -178,6 +178,16 @@ def _read_small(group: zarr.Group, path: Path, key: str, length: int, dtype: str
     return values.astype(dtype)
 
 
+def read_tendency_stdev(store: AnemoiZarr, step: datetime.timedelta) -> np.ndarray | None:
+    """The dataset's ``statistics_tendencies_<step>_stdev`` (V,) in physical units (anemoi-datasets writes them);
+    None when it has none, an error naming the array when its shape is not one value per variable."""
+    key = f"statistics_tendencies_{format_frequency(step)}_stdev"
+    group = open_group(store.path)
+    if open_array(group, store.path, key) is None:
+        return None
+    return _read_small(group, store.path, key, len(store.variables), "float64")
+
+
 def _check_dates(path: Path, dates: np.ndarray, frequency: datetime.timedelta) -> None:
     if len(dates) == 0:
         raise _fail(path, "dates", "is empty; expected at least one date")

@@ -7,7 +7,6 @@ loss ``training.loss`` names with them and logs the variable weights once.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import re
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ import torch
 from anemo_like.config.loss_schema import NodeMask, NodeScaler, PressureLevelScaler, TendencyScaler, eastward
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.setup import DataSetup
-from anemo_like.data.zarr_errors import open_array, open_group, read_whole
-from anemo_like.data.zarr_store import AnemoiZarr, format_frequency
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, read_tendency_stdev
 from anemo_like.training.loss import WeightedLoss
 
 LOG = logging.getLogger(__name__)
@@ -64,15 +62,6 @@ def pressure_level_factors(config: PressureLevelScaler, store: AnemoiZarr, names
     return factors, from_names
 
 
-def stored_tendency_stdev(store: AnemoiZarr, step: datetime.timedelta) -> np.ndarray | None:
-    """The dataset's ``statistics_tendencies_<step>_stdev`` (all its variables, physical units), None without it."""
-    array = open_array(open_group(store.path), store.path, f"statistics_tendencies_{format_frequency(step)}_stdev")
-    if array is None:
-        return None
-    values = np.asarray(read_whole(array, store.path), dtype=np.float64)
-    return values if values.shape == (len(store.variables),) else None
-
-
 def computed_tendency_stdev(
     store: AnemoiZarr, variables: np.ndarray, *, dates: tuple[int, int], stride: int, max_dates: int
 ) -> tuple[np.ndarray, int]:
@@ -105,7 +94,7 @@ def tendency_factors(config: TendencyScaler, run: RunConfig, data: DataSetup) ->
     if config.kind == "none":
         return np.ones(len(outputs)), ""
     step = data.store.frequency * data.stride
-    stored = stored_tendency_stdev(data.store, step)
+    stored = read_tendency_stdev(data.store, step)
     if stored is not None:
         sigma, source = stored[data.store.variable_indices(prognostic)], "the dataset's tendency statistics"
     else:
