@@ -70,6 +70,11 @@ def save_inference_checkpoint(
     )
 
 
+def saved_normalizer(saved: dict[str, Any]) -> Normalizer:
+    """The normaliser an inference checkpoint stores (``names``, ``offset`` and ``scale`` tensors)."""
+    return Normalizer(list(saved["names"]), np.asarray(saved["offset"]), np.asarray(saved["scale"]))
+
+
 def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
     """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
     path = Path(path)
@@ -92,6 +97,5 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     )
     model.load_state_dict(state["state_dict"])
     apply_inference_overrides(model)
-    norm = state["normalizer"]
-    normalizer = Normalizer(list(norm["names"]), np.asarray(norm["offset"]), np.asarray(norm["scale"]))
+    normalizer = saved_normalizer(state["normalizer"])
     return InferenceBundle(model.to(device).eval(), config, VariableRoles(**state["roles"]), normalizer, graph)

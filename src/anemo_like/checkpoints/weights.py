@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from torch import Tensor
 
 from anemo_like.checkpoints.finite import check_finite_weights
-from anemo_like.checkpoints.inference import INFERENCE_FORMAT
+from anemo_like.checkpoints.inference import INFERENCE_FORMAT, saved_normalizer
 from anemo_like.checkpoints.training import TRAINING_FORMAT
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.graphs.serialization import load_weights_only
@@ -31,8 +30,7 @@ def read_checkpoint_weights(path: Path, *, key: str) -> CheckpointWeights:
     state = load_weights_only(path, what=f"checkpoint ({key})")
     fmt = state.get("format") if isinstance(state, dict) else None
     if fmt == INFERENCE_FORMAT:
-        weights, norm = state["state_dict"], state["normalizer"]
-        normalizer = Normalizer(list(norm["names"]), np.asarray(norm["offset"]), np.asarray(norm["scale"]))
+        weights, normalizer = state["state_dict"], saved_normalizer(state["normalizer"])
     elif fmt == TRAINING_FORMAT:
         weights, normalizer = state["model"], None
     else:
