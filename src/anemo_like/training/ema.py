@@ -20,31 +20,29 @@ class WeightAverage:
     def __init__(self, model: nn.Module, *, decay: float) -> None:
         self.decay = decay
         self.names = [name for name, p in model.named_parameters() if p.requires_grad]
-        self.parameters = [p for p in model.parameters() if p.requires_grad]
-        self.average = [p.detach().clone() for p in self.parameters]
+        self.weights = [p.detach() for p in model.parameters() if p.requires_grad]  # views: see every update
+        self.average = [w.clone() for w in self.weights]
 
     @torch.no_grad()
     def reset(self) -> None:
         """Start the average again from the current weights."""
-        torch._foreach_copy_(self.average, [p.detach() for p in self.parameters])
+        torch._foreach_copy_(self.average, self.weights)
 
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the current weights by ``1 - decay`` (no host-device sync)."""
-        torch._foreach_lerp_(self.average, [p.detach() for p in self.parameters], 1.0 - self.decay)
+        torch._foreach_lerp_(self.average, self.weights, 1.0 - self.decay)
 
     @contextmanager
     def swapped_in(self) -> Iterator[None]:
         """The model holds the averaged weights inside the block and its trained ones again after it (copied in
         place: the parameters keep their storage)."""
-        with torch.no_grad():
-            trained = [p.detach().clone() for p in self.parameters]
-            torch._foreach_copy_(self.parameters, self.average)
+        trained = [w.clone() for w in self.weights]
+        torch._foreach_copy_(self.weights, self.average)
         try:
             yield
         finally:
-            with torch.no_grad():
-                torch._foreach_copy_(self.parameters, trained)
+            torch._foreach_copy_(self.weights, trained)
 
     def state_dict(self) -> dict[str, Tensor]:
         return dict(zip(self.names, self.average, strict=True))
