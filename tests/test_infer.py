@@ -65,6 +65,12 @@ INITS = np.datetime64("2000-11-01T00", "s") + np.arange(15) * np.timedelta64(4, 
 TRAIN_END = np.datetime64("2000-11-01T00", "s")  # the quickstart training split ends just before
 
 
+def run_infer_cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python -m anemo_like.cli.infer ARGS`` in ``tmp_path`` (its Hydra folder ``tmp_path/run``), output captured."""
+    command = [sys.executable, "-m", "anemo_like.cli.infer", *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+
+
 def infer_config(checkpoint: Path, *overrides: str) -> InferenceConfig:
     """The default inference config with ``overrides``, checked, composed and validated as on the command line."""
     arguments = [f"checkpoint={checkpoint}", *overrides]
@@ -205,7 +211,7 @@ def test_first_step_is_the_models_prediction_and_fed_back_states_match_step_by_s
                 assert difference[lead - 1].max() <= feedback_atol(lead), f"lead {lead}: {difference[lead - 1].max()}"
     rows = [row.strip("| ").split(" | ") for row in (tmp_path / "verification.md").read_text().splitlines()]
     sp = next(row for row in rows if row[:3] == ["sp", "6h", "2"])
-    assert sp[5:7] == ["n/a", "n/a"] and sp[-1] == "n/a", sp  # a diagnostic variable has no persistence baseline
+    assert sp[6:9] == ["n/a"] * 3 and sp[-1] == "n/a", sp  # a diagnostic variable has no persistence baseline
     assert outputs.verification.variables == roles.output
     assert np.isfinite(outputs.verification.rmse["persistence"][:, :6]).all()
 
@@ -309,6 +315,7 @@ def test_verification_table_equals_an_independent_numpy_computation(verified, sk
     climatology = np.mean([group["data"][i, columns, 0].T.astype(np.float64) for i in every.tolist()], axis=0)  # (G, V)
     squared = {k: np.zeros((20, 7)) for k in ("model", "persistence", "climatology")}
     linear = {k: np.zeros((20, 7)) for k in squared}
+    absolute = {k: np.zeros((20, 7)) for k in squared}
     count = np.zeros(20)
     with xr.open_dataset(verified.forecast) as ds:
         forecast = np.stack([ds[name].values for name in UNITS], axis=-1).astype(np.float64)  # (N, L, G, V)
@@ -325,14 +332,17 @@ def test_verification_table_equals_an_independent_numpy_computation(verified, sk
             ):
                 squared[kind][lead] += weight @ (guess - truth_at[valid]) ** 2
                 linear[kind][lead] += weight @ (guess - truth_at[valid])
+                absolute[kind][lead] += weight @ np.abs(guess - truth_at[valid])
     result = verified.verification
     assert result.forecasts == count.astype(int).tolist() and count[0] == 15 and count[-1] == 14
     for kind in squared:
         np.testing.assert_allclose(result.rmse[kind], np.sqrt(squared[kind] / count[:, None]), rtol=1e-6)
         np.testing.assert_allclose(result.bias[kind], linear[kind] / count[:, None], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(result.mae[kind], absolute[kind] / count[:, None], rtol=1e-6)
     rmse = {kind: np.sqrt(squared[kind][0, 1] / 15) for kind in squared}  # t_850 at 6 h
+    mae = {kind: absolute[kind][0, 1] / 15 for kind in squared}
     bias = {kind: linear[kind][0, 1] / 15 for kind in squared}
-    cells = [f"{rmse[k]:.4g} | {bias[k]:.4g}" for k in ("model", "persistence", "climatology")]
+    cells = [f"{rmse[k]:.4g} | {mae[k]:.4g} | {bias[k]:.4g}" for k in ("model", "persistence", "climatology")]
     row = f"| t_850 | 6h | 15 | {' | '.join(cells)} | {rmse['model'] / rmse['persistence']:.3f} |"
     folder = verified.verification_output
     assert row in (folder / "verification.md").read_text().splitlines()
@@ -529,13 +539,7 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
 
     before = contents()
     args = [f"checkpoint={skilled}", f"dataset={dataset}", f"output={dataset}", "dates=[2000-11-01T00]"]
-    result = subprocess.run(
-        [sys.executable, "-m", "anemo_like.cli.infer", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    result = run_infer_cli(args, tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stderr
     assert f"output {dataset} holds an anemoi-datasets dataset" in result.stdout + result.stderr
     assert contents() == before and not any(p.name.startswith(".input.zarr") for p in tmp_path.iterdir())
@@ -556,8 +560,8 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
         (
             ["lead_tme=5d"],
             "unknown config key 'lead_tme' (did you mean 'lead_time'?); allowed here: checkpoint, dataset, dates, "
-            "date_range, lead_time, output, batch_size, device, precision, num_threads, num_gpus_per_model, "
-            "collective_timeout_minutes, verify, verification",
+            "date_range, lead_time, output, batch_size, members, seed, ensemble_stats, device, precision, "
+            "num_threads, num_gpus_per_model, collective_timeout_minutes, verify, verification",
         ),
     ],
     ids=["output-suffix", "no-dates", "bad-date", "misspelled-key"],

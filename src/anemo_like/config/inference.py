@@ -63,10 +63,12 @@ class VerificationConfig(Strict):
     """What ``verify=true`` writes beside the forecast."""
 
     output: str | None = Field(
-        None, description="folder of verification.md, rmse_by_lead.png and forecast_map.png; null: the output's folder"
+        None, description="folder of verification.md, verification.json and the plots; null: the output's folder"
     )
     plot_variable: str | None = Field(None, description="variable of the forecast map; null: the first prognostic")
-    plot_lead: str | None = Field(None, description="lead time of the forecast map; null: the longest one scored")
+    plot_lead: str | None = Field(
+        None, description="lead time of the forecast map and rank histograms; null: the longest one scored"
+    )
     climatology_dates: int = Field(
         365, ge=0, description="training-split dates (evenly spaced) averaged into the climatology baseline; 0: none"
     )
@@ -88,7 +90,14 @@ class InferenceConfig(Strict):
     date_range: DateRange = DateRange()
     lead_time: str = Field("5d", description="forecast length, a multiple of the model step")
     output: str = Field(description="forecast file: .nc (netCDF) or .zarr, replaced if it exists")
-    batch_size: int = Field(1, ge=1, description="initial dates run together in one forward pass")
+    batch_size: int = Field(1, ge=1, description="forecasts (initial dates x members) run together in one forward pass")
+    members: int = Field(
+        1, ge=1, description="ensemble members per initial date; > 1 needs a checkpoint with processor noise"
+    )
+    seed: int = Field(0, ge=0, description="seed of the members' processor noise")
+    ensemble_stats: bool = Field(
+        False, description="also write <var>_mean and <var>_spread (ddof 1) over the members (members > 1)"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when torch sees a GPU")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="bf16 / fp16: model weights and activations in that precision; the file is float32"
@@ -134,6 +143,12 @@ class InferenceConfig(Strict):
             raise ValueError("set either dates (a list) or date_range.start, not both")
         if self.dates is None and self.date_range.start is None:
             raise ValueError("no initial dates: set dates=[...] or date_range.start=...")
+        return self
+
+    @model_validator(mode="after")
+    def _stats_need_members(self) -> InferenceConfig:
+        if self.ensemble_stats and self.members < 2:
+            raise ValueError(f"ensemble_stats=true needs members of 2 or more (got members={self.members})")
         return self
 
 

@@ -14,7 +14,8 @@ from pydantic import Field, field_validator, model_validator
 from anemo_like.config.base import Strict
 
 TermName = Literal["mse", "mae", "huber"]
-LossName = Literal["mse", "mae", "huber", "combined"]
+LossName = Literal["mse", "mae", "huber", "combined", "crps", "afcrps"]
+ENSEMBLE_LOSSES = ("crps", "afcrps")
 
 
 class LossTerm(Strict):
@@ -35,7 +36,12 @@ class LossConfig(Strict):
     """``name``: the loss; ``huber_delta``: where huber turns from squared to absolute; ``terms``: a combined loss."""
 
     name: LossName = Field(
-        "mse", description="mse (squared error), mae (absolute error), huber, or combined (a weighted sum of terms)"
+        "mse",
+        description="mse (squared error), mae (absolute error), huber, combined (a weighted sum of terms); for "
+        "ensembles (training.ensemble.members > 1): crps (fair CRPS) or afcrps (almost-fair CRPS)",
+    )
+    alpha: float = Field(
+        0.95, gt=0, le=1, description="afcrps: weight of the fair CRPS, the rest on the standard one (1: fair CRPS)"
     )
     huber_delta: float = Field(
         1.0, gt=0, description="huber: |error| (normalised units) where the squared part turns absolute"

@@ -126,6 +126,13 @@ class CompileEntry(Strict):
     options: dict[str, Any] = Field({}, description="torch.compile keyword arguments (dynamic, mode, fullgraph, ...)")
 
 
+class NoiseConfig(Strict):
+    """Processor noise of an ensemble model: per mesh node, ``channels`` standard normal values, fresh at every
+    forward pass, are embedded and scale and shift every processor LayerNorm (docs/ensembles.md)."""
+
+    channels: int = Field(16, ge=1, description="noise values drawn per mesh node")
+
+
 class ModelConfig(Strict):
     num_channels: int = Field(128, ge=1)
     num_heads: int = Field(8, ge=1)
@@ -143,6 +150,9 @@ class ModelConfig(Strict):
     encoder: MapperConfig = MapperConfig()
     decoder: MapperConfig = MapperConfig()
     processor: ProcessorConfig = ProcessorConfig()
+    noise: NoiseConfig | None = Field(
+        None, description="processor noise for ensemble members (training.ensemble); null: a deterministic model"
+    )
     relu_bounded: list[str] = Field([], description="output variables clamped at zero (e.g. precipitation)")
     compile: list[CompileEntry] = Field([], description="module classes compiled with torch.compile (docs/backends.md)")
     recompile_limit: int = Field(8, ge=1, description="torch._dynamo recompilations allowed per compiled function")

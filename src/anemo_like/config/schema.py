@@ -43,6 +43,7 @@ from anemo_like.config.model_schema import (
     GraphConfig,
     MapperConfig,
     ModelConfig,
+    NoiseConfig,
     ProcessorConfig,
     ShardStrategy,
     TrainableSizes,
@@ -56,7 +57,13 @@ from anemo_like.config.system_schema import (
     ProfileConfig,
     SystemConfig,
 )
-from anemo_like.config.training_schema import OptimizerConfig, Precision, RolloutConfig, TrainingConfig
+from anemo_like.config.training_schema import (
+    EnsembleConfig,
+    OptimizerConfig,
+    Precision,
+    RolloutConfig,
+    TrainingConfig,
+)
 
 _TIMESTEP = TIMESTEP  # the names this module had before the sections moved out
 _is_power_of_two = is_power_of_two
@@ -73,6 +80,7 @@ __all__ = [
     "DataloaderConfig",
     "DateWindow",
     "DiagnosticsConfig",
+    "EnsembleConfig",
     "GraphConfig",
     "HardwareConfig",
     "LossConfig",
@@ -83,6 +91,7 @@ __all__ = [
     "NanPolicy",
     "NodeMask",
     "NodeScaler",
+    "NoiseConfig",
     "NormalizerConfig",
     "NormalizerName",
     "OptimizerConfig",
@@ -130,12 +139,27 @@ class RunConfig(Strict):
         if all(self.training.variable_loss_weights.get(name, 1.0) == 0 for name in outputs):
             raise ValueError("training.variable_loss_weights sets every output variable's weight to 0")
         self._num_gpus_per_model_fits()
+        self._ensemble_fits()
         plot = self.diagnostics.plot_variable
         if plot is not None and plot not in outputs:
             raise ValueError(
                 f"diagnostics.plot_variable '{plot}' is not an output variable; choose from {sorted(outputs)}"
             )
         return self
+
+    def _ensemble_fits(self) -> None:
+        """Members need processor noise to differ, and divide over ``system.hardware.num_gpus_per_ensemble``."""
+        members, per_ensemble = self.training.ensemble.members, self.system.hardware.num_gpus_per_ensemble
+        if members > 1 and self.model.noise is None:
+            raise ValueError(
+                f"training.ensemble.members={members} needs model.noise (e.g. model.noise.channels=16): without "
+                "noise every member is the same forecast"
+            )
+        if members % per_ensemble:
+            raise ValueError(
+                f"system.hardware.num_gpus_per_ensemble={per_ensemble} must divide training.ensemble.members "
+                f"({members})"
+            )
 
     def _num_gpus_per_model_fits(self) -> None:
         """``system.hardware.num_gpus_per_model``: a power of two dividing ``model.num_heads``, divisible by

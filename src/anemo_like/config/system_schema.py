@@ -32,6 +32,12 @@ class HardwareConfig(Strict):
         "model.num_heads (checked with the config) and the world size (checked at launch); the rest of the world "
         "runs data parallel across instances",
     )
+    num_gpus_per_ensemble: int = Field(
+        1,
+        ge=1,
+        description="model instances (each num_gpus_per_model ranks) that share the members of one ensemble "
+        "(training.ensemble.members, divisible by it); their loss gathers every member",
+    )
     bucket_cap_mb: float = Field(25.0, gt=0, description="gradient all-reduce bucket size, data parallel")
     broadcast_buffers: bool = Field(True, description="copy rank 0's buffers with its weights at start")
 

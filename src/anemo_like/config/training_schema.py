@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from anemo_like.config.base import Strict
-from anemo_like.config.loss_schema import LossConfig, ScalersConfig
+from anemo_like.config.loss_schema import ENSEMBLE_LOSSES, LossConfig, ScalersConfig
 
 
 class RolloutConfig(Strict):
@@ -64,6 +64,13 @@ class EmaConfig(Strict):
     decay: float | None = Field(
         None, ge=0, lt=1, description="weight of the old average per step (e.g. 0.999); null: no averaging"
     )
+
+
+class EnsembleConfig(Strict):
+    """Members per model instance: each starts from the same state (or its own member of an ensemble dataset) and
+    draws its own processor noise (``model.noise``); the loss scores them together (``training.loss``: crps)."""
+
+    members: int = Field(1, ge=1, description="forecasts per initial state; 1: a deterministic model")
 
 
 Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
@@ -131,6 +138,7 @@ class TrainingConfig(Strict):
         default_factory=list, description="module paths (e.g. encoder, processor.layers.0) that are not trained"
     )
     ema: EmaConfig = EmaConfig()
+    ensemble: EnsembleConfig = EnsembleConfig()
 
     @model_validator(mode="after")
     def _rollout_covers_output_steps(self) -> TrainingConfig:
@@ -139,6 +147,18 @@ class TrainingConfig(Strict):
                 f"rollout.max ({self.rollout.max}) is below multistep_output ({self.multistep_output}): the last "
                 "states each forward pass predicts would never be trained; raise rollout.max"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ensemble_loss_fits_members(self) -> TrainingConfig:
+        members, loss = self.ensemble.members, self.loss.name
+        if members > 1 and loss not in ENSEMBLE_LOSSES:
+            raise ValueError(
+                f"ensemble.members={members} needs an ensemble loss: set loss.name to crps or afcrps (got {loss}); "
+                "a pointwise loss would train every member to the same mean"
+            )
+        if members == 1 and loss in ENSEMBLE_LOSSES:
+            raise ValueError(f"loss.name={loss} scores an ensemble: set ensemble.members to 2 or more (got 1)")
         return self
 
     @model_validator(mode="after")

@@ -277,8 +277,9 @@ def _split_windows(
     roles: VariableRoles,
     normalizer: Normalizer,
 ) -> WindowDataset:
-    """The samples of ``data.splits.<split>`` in ``store``: multistep input states, then ``rollout`` targets."""
-    window = getattr(config.data.splits, split)
+    """The samples of ``data.splits.<split>`` in ``store``: multistep input states, then ``rollout`` targets (and
+    an ensemble run's initial states of the store's other members, up to ``training.ensemble.members``)."""
+    window, members = getattr(config.data.splits, split), config.training.ensemble.members
     try:
         start, stop = store.date_range(window.start, window.end)
     except ValueError as error:
@@ -297,6 +298,7 @@ def _split_windows(
         input_states=multistep,
         target_names=roles.output,
         normalize=not config.dataloader.normalize_on_device,
+        initial_members=min(members, store.shape[2]) if members > 1 else 1,
     )
     if len(dataset) == 0:
         rollout_key = "training.rollout.max" if split == "train" else "training.val_rollout"
@@ -325,10 +327,11 @@ def _check_splits_disjoint(config: RunConfig, train: WindowDataset, val: WindowD
 
 
 def _instances_of_open_group(config: RunConfig) -> int:
-    """Data-parallel model instances: the open process group's ranks over ``num_gpus_per_model`` (1 without one)."""
+    """Data-parallel replicas: the open group's ranks over num_gpus_per_model x num_gpus_per_ensemble (or 1)."""
     if not (dist.is_available() and dist.is_initialized()):
         return 1
-    return max(1, dist.get_world_size() // config.system.hardware.num_gpus_per_model)
+    hardware = config.system.hardware
+    return max(1, dist.get_world_size() // (hardware.num_gpus_per_model * hardware.num_gpus_per_ensemble))
 
 
 def _check_train_batch(config: RunConfig, train: WindowDataset, instances: int) -> None:

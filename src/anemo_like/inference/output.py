@@ -109,13 +109,18 @@ def check_output(path: Path, *, remove_stale: bool = True) -> None:
         )
 
 
-def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path, precision: str) -> xr.Dataset:
-    """CF-style Dataset of ``forecasts`` (N, L, G, V_out), physical units.
+def forecast_dataset(
+    forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path, precision: str, ensemble_stats: bool = False
+) -> xr.Dataset:
+    """CF-style Dataset of ``forecasts`` (N, M, L, G, V_out), physical units.
 
-    Dimensions ``time`` (initial date), ``step`` (lead time, timedelta) and ``values`` (grid point); coordinates
-    ``latitude`` / ``longitude`` (degrees) and ``valid_time`` (time + step); one variable per output variable.
+    Dimensions ``time`` (initial date), ``number`` (ensemble member 0 .. M - 1; only when M > 1), ``step`` (lead
+    time, timedelta) and ``values`` (grid point); coordinates ``latitude`` / ``longitude`` (degrees) and
+    ``valid_time`` (time + step); one variable per output variable. ``ensemble_stats`` adds ``<name>_mean`` and
+    ``<name>_spread`` (the members' standard deviation, ddof 1), without ``number``.
     """
     store, roles = inputs.store, inputs.roles
+    members = forecasts.shape[1]
     times = inputs.init_dates.astype("datetime64[ns]")
     steps = (np.arange(1, inputs.steps + 1) * np.timedelta64(int(inputs.step.total_seconds()), "s")).astype(
         "timedelta64[ns]"
@@ -127,25 +132,55 @@ def forecast_dataset(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoin
         "latitude": ("values", store.latitudes, {"standard_name": "latitude", "units": "degrees_north"}),
         "longitude": ("values", store.longitudes, {"standard_name": "longitude", "units": "degrees_east"}),
     }
+    if members > 1:
+        coords["number"] = ("number", np.arange(members), {"standard_name": "realization", "long_name": "member"})
     variables = {}
     for v, name in enumerate(roles.output):
         attrs = {"long_name": name, "role": "prognostic" if name in roles.prognostic else "diagnostic"}
         units = variable_metadata(store, name).get("units")
         if units is not None:
             attrs["units"] = str(units)
-        variables[name] = (("time", "step", "values"), forecasts[..., v], attrs)
+        if members == 1:
+            variables[name] = (("time", "step", "values"), forecasts[:, 0, ..., v], attrs)
+            continue
+        variables[name] = (("time", "number", "step", "values"), forecasts[..., v], attrs)
+        if ensemble_stats:
+            variables.update(_ensemble_stats(name, forecasts[..., v], attrs))
+    return xr.Dataset(variables, coords=coords, attrs=_global_attributes(inputs, checkpoint, precision, members))
+
+
+def _ensemble_stats(name: str, members: np.ndarray, attrs: dict[str, str]) -> dict[str, tuple]:
+    """``<name>_mean`` and ``<name>_spread`` (standard deviation, ddof 1) of ``members`` (N, M, L, G) over the
+    members, float32 (computed in float64), as (dims, values, attrs) of (time, step, values)."""
+    stats = {
+        "mean": ("mean", members.mean(axis=1, dtype=np.float64)),
+        "spread": ("standard_deviation", members.std(axis=1, ddof=1, dtype=np.float64)),
+    }
+    return {
+        f"{name}_{kind}": (
+            ("time", "step", "values"),
+            value.astype(np.float32),
+            {**attrs, "long_name": f"{name} ensemble {kind}", "cell_methods": f"number: {method}"},
+        )
+        for kind, (method, value) in stats.items()
+    }
+
+
+def _global_attributes(inputs: ForecastInputs, checkpoint: Path, precision: str, members: int) -> dict[str, str]:
     attrs = {
         "Conventions": "CF-1.8",
         "title": FORECAST_TITLE,
         "source": f"anemo_like {anemo_like.__version__} (anemo-infer)",
         "package_version": anemo_like.__version__,
         "checkpoint": str(checkpoint),
-        "dataset": str(store.path),
+        "dataset": str(inputs.store.path),
         "model_step": format_frequency(inputs.step),
         "precision": precision,
         "history": f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} anemo-infer",
     }
-    return xr.Dataset(variables, coords=coords, attrs=attrs)
+    if members > 1:
+        attrs["ensemble_members"] = str(members)
+    return attrs
 
 
 def write_forecast(dataset: xr.Dataset, path: Path) -> None:
@@ -194,18 +229,19 @@ def _remove_stale_temporaries(path: Path) -> None:
 
 
 def check_finite_forecasts(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path) -> None:
-    """Raise :class:`NonFiniteForecast` naming the first initial date, lead and variables where ``forecasts``
-    (N, L, G, V_out) hold NaN or inf."""
+    """Raise :class:`NonFiniteForecast` naming the first initial date, member (of an ensemble), lead and variables
+    where ``forecasts`` (N, M, L, G, V_out) hold NaN or inf."""
     bad = ~np.isfinite(forecasts)
     if not bad.any():
         return
-    n, lead = (int(i) for i in np.argwhere(bad.any(axis=(2, 3)))[0])
-    names = [name for v, name in enumerate(inputs.roles.output) if bad[n, lead, :, v].any()]
-    points = int(bad[n, lead].any(axis=1).sum())
+    n, k, lead = (int(i) for i in np.argwhere(bad.any(axis=(3, 4)))[0])
+    names = [name for v, name in enumerate(inputs.roles.output) if bad[n, k, lead, :, v].any()]
+    points = int(bad[n, k, lead].any(axis=1).sum())
+    member = f" (member {k})" if forecasts.shape[1] > 1 else ""
     raise NonFiniteForecast(
-        f"the forecast from {inputs.init_dates[n]} holds NaN or inf from lead step {lead + 1} "
+        f"the forecast from {inputs.init_dates[n]}{member} holds NaN or inf from lead step {lead + 1} "
         f"(+{format_frequency(inputs.step * (lead + 1))}) on, first in {', '.join(names)} ({points} of "
-        f"{bad.shape[2]} points); the model of {checkpoint} does not give finite values from these inputs "
+        f"{bad.shape[3]} points); the model of {checkpoint} does not give finite values from these inputs "
         "(a diverged training run, or inputs unlike its training data): no forecast was written"
     )
 

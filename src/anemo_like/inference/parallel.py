@@ -121,7 +121,8 @@ def place_inference(
 
 
 def gather_forecasts(forecasts: np.ndarray, ranks: InferenceRanks, count: int) -> np.ndarray | None:
-    """Every copy's forecasts (n_copy, L, G, V) as (count, L, G, V) on rank 0, in date order; None elsewhere."""
+    """Every copy's forecasts (n_copy, ...) as (count, ...) on rank 0, in date order; None elsewhere. (n, M, L, G,
+    V) from :func:`~anemo_like.inference.forecast.run_forecasts`."""
     if ranks.copies == 1:
         return forecasts if ranks.writes else None
     if ranks.groups.model_rank != 0:  # the copy's first rank sends for it

@@ -12,7 +12,7 @@ from anemo_like.checkpoints.inference import InferenceBundle, load_inference_che
 from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
-from anemo_like.inference.forecast import DTYPES, format_mib, memory_in_use_mib, run_forecasts
+from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.output import (
     check_finite_forecasts,
@@ -75,6 +75,23 @@ def _check_verification(config: InferenceConfig, inputs: ForecastInputs) -> str:
     return name
 
 
+def _check_members(config: InferenceConfig, bundle: InferenceBundle, checkpoint: Path) -> None:
+    """An ensemble needs a model with processor noise, and its statistics names must be free; ValueError names the
+    key."""
+    if config.members > 1 and bundle.model.noise_shape(1) is None:
+        raise ValueError(
+            f"members={config.members} needs a model with processor noise (trained with model.noise and "
+            f"training.ensemble.members > 1), but checkpoint {checkpoint} holds a deterministic model; set members=1 "
+            "or use an ensemble checkpoint"
+        )
+    outputs = bundle.roles.output
+    taken = [f"{name}_{kind}" for name in outputs for kind in ("mean", "spread") if f"{name}_{kind}" in outputs]
+    if config.ensemble_stats and taken:  # the statistics' names clash with the model's outputs
+        raise ValueError(
+            f"ensemble_stats=true writes {', '.join(taken)}, which the model already outputs; set ensemble_stats=false"
+        )
+
+
 def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> PreparedRun:
     """Load the checkpoint and check it against the dataset, dates and output paths before any forecast runs.
 
@@ -96,6 +113,7 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
         runtime_mib = memory_in_use_mib(device)
     checkpoint = Path(config.checkpoint).expanduser().absolute()
     bundle = load_inference_checkpoint(checkpoint, device=device)
+    _check_members(config, bundle, checkpoint)
     check_backends(bundle.config.model, torch.device(device), DTYPES[config.precision])
     bundle.model.to(DTYPES[config.precision])
     if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
@@ -142,6 +160,8 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
             device=prepared.device,
             dtype=DTYPES[config.precision],
             batch_size=config.batch_size,
+            members=config.members,
+            seed=config.seed,
             grid=grid,
             gather=gather,
             progress=ranks.launch.rank == 0,
@@ -159,26 +179,39 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
     if forecasts is None:
         return None
     check_finite_forecasts(forecasts, inputs, checkpoint=prepared.checkpoint)
-    dataset = forecast_dataset(forecasts, inputs, checkpoint=prepared.checkpoint, precision=config.precision)
+    dataset = forecast_dataset(
+        forecasts,
+        inputs,
+        checkpoint=prepared.checkpoint,
+        precision=config.precision,
+        ensemble_stats=config.ensemble_stats,
+    )
     with phase(f"the write of {prepared.output}"):
         write_forecast(dataset, prepared.output)
-    copies = f" on model copy 0 of {ranks.copies}" if ranks.copies > 1 else ""
-    LOG.info(
-        "anemo-infer: %d forecast(s)%s x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
-        "(forecasts: +%s above the loaded model); wrote %s",
-        stats.forecasts,
-        copies,
-        stats.steps,
-        stats.seconds,
-        stats.step_seconds / (stats.forecasts * stats.steps),
-        format_mib(peak),
-        format_mib(stats.forecast_peak_mib),
-        prepared.output,
-    )
+    _log_summary(stats, ranks, peak=peak, output=prepared.output)
     if not config.verify:
         return InferenceOutputs(forecast=prepared.output, verification=None, verification_output=None)
     with phase("verification", saved=lambda: f"the forecast {prepared.output} is written"):
         return _verify(prepared)
+
+
+def _log_summary(stats: ForecastStats, ranks: InferenceRanks, *, peak: float | None, output: Path) -> None:
+    """The run's summary line: forecasts (of model copy 0), their time per step, the peak memory, the file."""
+    copies = f" on model copy 0 of {ranks.copies}" if ranks.copies > 1 else ""
+    members = f" of {stats.members} members" if stats.members > 1 else ""
+    LOG.info(
+        "anemo-infer: %d forecast(s)%s%s x %d steps in %.1f s (%.3f s per forecast step), peak memory %s "
+        "(forecasts: +%s above the loaded model); wrote %s",
+        stats.forecasts,
+        members,
+        copies,
+        stats.steps,
+        stats.seconds,
+        stats.step_seconds / (stats.forecasts * stats.members * stats.steps),
+        format_mib(peak),
+        format_mib(stats.forecast_peak_mib),
+        output,
+    )
 
 
 def _largest(*values: float | None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,13 @@ from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.inference.ensemble_verification import EnsembleVerification, ensemble_sums, mean_one
 from anemo_like.inference.output import open_forecast
 from anemo_like.inference.scores import ErrorSums, Verification
 
 LOG = logging.getLogger(__name__)
-TABLE, RMSE_PLOT, MAP_PLOT = "verification.md", "rmse_by_lead.png", "forecast_map.png"
+TABLE, JSON_SCORES = "verification.md", "verification.json"
+RMSE_PLOT, MAP_PLOT = "rmse_by_lead.png", "forecast_map.png"
 
 
 def training_climatology(run: RunConfig, names: list[str], *, max_dates: int) -> np.ndarray | None:
@@ -86,36 +89,64 @@ def verify_forecast(request: VerificationRequest) -> Verification | None:
     return result
 
 
+class _Sums:
+    """The error sums of the model (an ensemble's mean) and the baselines, and the ensemble's scores."""
+
+    def __init__(self, request: VerificationRequest, *, num_leads: int, members: int) -> None:
+        kinds = ["model", "persistence", *([] if request.climatology is None else ["climatology"])]
+        shape = {"num_leads": num_leads, "num_variables": len(request.variables)}
+        self.errors = {kind: ErrorSums(weight=request.area_weight, **shape) for kind in kinds}
+        self.ensemble = ensemble_sums(**shape, members=members) if members > 1 else None
+        self.weight = mean_one(request.area_weight)  # (G,)
+        self.climatology = request.climatology
+
+    def add(self, lead: int, members: np.ndarray, truth: np.ndarray, initial: np.ndarray) -> None:
+        """members (M, G, V), truth (G, V), initial (G, V; NaN but for prognostic variables), physical units."""
+        forecast = members[0] if len(members) == 1 else members.mean(axis=0, dtype=np.float64)
+        self.errors["model"].add(lead, forecast - truth)
+        self.errors["persistence"].add(lead, initial - truth)
+        if self.climatology is not None:
+            self.errors["climatology"].add(lead, self.climatology - truth)
+        if self.ensemble is not None:
+            self.ensemble.add(lead, members[None], truth[None], self.weight)
+
+
+def _members(forecast: xr.Dataset, names: list[str], n: int) -> np.ndarray:
+    """The forecasts from initial date ``n``, (M, L, G, V) float32; M = 1 without a ``number`` dimension."""
+    fields = [forecast[name].isel(time=n) for name in names]
+    if "number" in forecast.dims:
+        return np.stack([field.transpose("number", "step", "values").values for field in fields], axis=-1)
+    return np.stack([field.values for field in fields], axis=-1)[None]
+
+
 def _score(request: VerificationRequest, forecast: xr.Dataset, truth_index: np.ndarray) -> Verification:
-    """Scores over every (initial date, lead) with truth; leads without any truth are left out."""
-    store, names, num_prognostic = request.store, request.variables, request.num_prognostic
+    """Scores over every (initial date, lead) with truth; leads without any truth are left out. An ensemble (a
+    ``number`` dimension) is scored by its mean, and by its members in :attr:`Verification.ensemble`."""
+    store, names = request.store, request.variables
     steps = forecast["step"].values
     init_index = _dataset_index(store, forecast["time"].values)  # (N,)
-    kinds = ["model", "persistence", *([] if request.climatology is None else ["climatology"])]
-    sums = {k: ErrorSums(weight=request.area_weight, num_leads=len(steps), num_variables=len(names)) for k in kinds}
+    sums = _Sums(request, num_leads=len(steps), members=forecast.sizes.get("number", 1))
     read_index = store.variable_indices(names)
     for n, init in enumerate(init_index):
         initial = store.read(slice(init, init + 1), read_index)[0].T.astype(np.float64)  # (G, V)
-        initial[:, num_prognostic:] = np.nan  # persistence only for prognostic variables
-        predicted = np.stack([forecast[name].isel(time=n).values for name in names], axis=-1)  # (L, G, V)
+        initial[:, request.num_prognostic :] = np.nan  # persistence only for prognostic variables
+        members = _members(forecast, names, n)  # (M, L, G, V)
         for lead, index in enumerate(truth_index[n]):
-            if index < 0:
-                continue
-            truth = store.read(slice(index, index + 1), read_index)[0].T.astype(np.float64)
-            sums["model"].add(lead, predicted[lead] - truth)
-            sums["persistence"].add(lead, initial - truth)
-            if request.climatology is not None:
-                sums["climatology"].add(lead, request.climatology - truth)
+            if index >= 0:
+                truth = store.read(slice(index, index + 1), read_index)[0].T.astype(np.float64)
+                sums.add(lead, members[:, lead], truth, initial)
     scored = np.flatnonzero((truth_index >= 0).any(axis=0))
     leads = [_timedelta(steps[i]) for i in scored]
     return Verification(
         variables=names,
-        num_prognostic=num_prognostic,
+        num_prognostic=request.num_prognostic,
         leads=[format_frequency(lead) for lead in leads],
         lead_hours=[lead.total_seconds() / 3600 for lead in leads],
         forecasts=[int(c) for c in (truth_index >= 0).sum(axis=0)[scored]],
-        rmse={k: s.rmse()[scored] for k, s in sums.items()},
-        bias={k: s.bias()[scored] for k, s in sums.items()},
+        rmse={k: s.rmse()[scored] for k, s in sums.errors.items()},
+        mae={k: s.mae()[scored] for k, s in sums.errors.items()},
+        bias={k: s.bias()[scored] for k, s in sums.errors.items()},
+        ensemble=None if sums.ensemble is None else EnsembleVerification.from_sums(sums.ensemble, scored),
     )
 
 
@@ -126,13 +157,13 @@ def _timedelta(value: np.timedelta64) -> datetime.timedelta:
 def _write(
     request: VerificationRequest, result: Verification, *, forecast: xr.Dataset, truth_index: np.ndarray
 ) -> None:
-    """verification.md, rmse_by_lead.png and forecast_map.png in ``request.output``."""
-    from anemo_like.diagnostics.plots import plot_forecast_map, plot_rmse_by_lead  # matplotlib: on this rank only
+    """verification.md, verification.json, rmse_by_lead.png and forecast_map.png in ``request.output``, and of an
+    ensemble rank_histogram.png and spread_skill.png."""
+    from anemo_like.diagnostics.plots import plot_rmse_by_lead  # matplotlib: on this rank only
 
     out = request.output
     out.mkdir(parents=True, exist_ok=True)
-    title = f"# Verification of {request.forecast}\n\nTruth: {request.store.path}; area-weighted, physical units.\n\n"
-    (out / TABLE).write_text(title + result.table() + "\n")
+    _write_tables(request, result)
     plot_rmse_by_lead(
         variables=result.variables,
         lead_hours=result.lead_hours,
@@ -143,6 +174,46 @@ def _write(
     )
     steps = [_timedelta(s) for s in forecast["step"].values]
     lead = steps.index(parse_frequency(request.plot_lead or result.leads[-1]))
+    if result.ensemble is not None:
+        label = format_frequency(steps[lead])
+        index = result.leads.index(label) if label in result.leads else len(result.leads) - 1
+        result.ensemble.plot(out, variables=result.variables, leads=result.leads, lead_index=index)
+    _write_map(request, forecast=forecast, truth_index=truth_index, lead=lead, steps=steps)
+
+
+def _write_tables(request: VerificationRequest, result: Verification) -> None:
+    """verification.md (the scores' tables) and verification.json (:meth:`Verification.as_json`)."""
+    (request.output / TABLE).write_text(_markdown(request, result))
+    document = {"forecast": str(request.forecast), "truth": str(request.store.path), **result.as_json()}
+    (request.output / JSON_SCORES).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+
+
+def _markdown(request: VerificationRequest, result: Verification) -> str:
+    """verification.md: the deterministic table, and of an ensemble the probabilistic one."""
+    header = f"# Verification of {request.forecast}\n\nTruth: {request.store.path}; area-weighted, physical units.\n\n"
+    ensemble = result.ensemble
+    if ensemble is None:
+        return header + result.table() + "\n"
+    members = ensemble.members
+    table = ensemble.table(variables=result.variables, leads=result.leads, forecasts=result.forecasts)
+    return (
+        f"{header}An ensemble of {members} members: the scores below are those of its mean.\n\n{result.table()}\n\n"
+        f"## Ensemble ({members} members)\n\nFair CRPS; spread/skill = spread / ensemble-mean RMSE.\n\n{table}\n"
+    )
+
+
+def _write_map(
+    request: VerificationRequest,
+    *,
+    forecast: xr.Dataset,
+    truth_index: np.ndarray,
+    lead: int,
+    steps: list[datetime.timedelta],
+) -> None:
+    """forecast_map.png: ``plot_variable`` at step ``lead`` of the first forecast with truth there (of an
+    ensemble: its mean)."""
+    from anemo_like.diagnostics.plots import plot_forecast_map  # matplotlib: on this rank only
+
     with_truth = np.flatnonzero(truth_index[:, lead] >= 0)
     if with_truth.size == 0:
         LOG.info("verification: no forecast has truth at lead %s; no forecast map", format_frequency(steps[lead]))
@@ -151,11 +222,14 @@ def _write(
     valid = truth_index[n, lead]
     truth = request.store.read(slice(valid, valid + 1), request.store.variable_indices([name]))[0, 0]
     init = forecast["time"].values[n].astype("datetime64[s]")
+    field = forecast[name].isel(time=n, step=lead)
+    ensemble = "number" in field.dims
+    shown = f"{name} ensemble mean" if ensemble else name
     plot_forecast_map(
         lat=forecast["latitude"].values,
         lon=forecast["longitude"].values,
         truth=truth,
-        forecast=forecast[name].isel(time=n, step=lead).values,
-        title=f"{name} at {request.store.dates[valid]}, +{format_frequency(steps[lead])} from {init}",
-        path=out / MAP_PLOT,
+        forecast=field.mean("number").values if ensemble else field.values,
+        title=f"{shown} at {request.store.dates[valid]}, +{format_frequency(steps[lead])} from {init}",
+        path=request.output / MAP_PLOT,
     )

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from anemo_like.models.mlp import MLP
+from anemo_like.models.noise import apply_norm, layer_norm
 from anemo_like.models.ops.chunking import SortedEdges
 from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.sharding import HeadSplit
@@ -27,12 +28,14 @@ class GraphTransformerBlock(nn.Module):
         mlp_hidden_ratio: float,
         bipartite: bool,
         backend: str,
+        conditional: bool = False,
     ) -> None:
-        """``edge_dim``: features per edge; ``backend``: a key of ``GRAPH_ATTENTION_BACKENDS``."""
+        """``edge_dim``: features per edge; ``backend``: a key of ``GRAPH_ATTENTION_BACKENDS``; ``conditional``:
+        noise-conditioned LayerNorms (processor of an ensemble model, :mod:`anemo_like.models.noise`)."""
         super().__init__()
         self.num_heads = num_heads
         self.attention = GRAPH_ATTENTION_BACKENDS[backend]
-        self.norm_dst = nn.LayerNorm(channels)
+        self.norm_dst = layer_norm(channels, conditional=conditional)
         self.norm_src = nn.LayerNorm(channels) if bipartite else None
         self.lin_query = nn.Linear(channels, channels)
         self.lin_key = nn.Linear(channels, channels)
@@ -41,7 +44,7 @@ class GraphTransformerBlock(nn.Module):
         self.lin_edge = nn.Linear(edge_dim, channels)
         self.projection = nn.Linear(channels, channels)
         hidden = int(channels * mlp_hidden_ratio + 0.5)
-        self.norm_mlp = nn.LayerNorm(channels)
+        self.norm_mlp = layer_norm(channels, conditional=conditional)
         self.mlp = MLP(channels=channels, hidden=hidden)
 
     def _heads(self, t: Tensor) -> Tensor:
@@ -55,15 +58,18 @@ class GraphTransformerBlock(nn.Module):
         edges: SortedEdges,
         min_blocks: int = 1,
         heads: HeadSplit | None = None,
+        cond: Tensor | None = None,
+        cond_src: Tensor | None = None,
     ) -> Tensor:
         """x_src: (B, N_src, C), x_dst: (B, N_dst, C), edge_attr: (E, edge_dim) -> (B, N_dst, C).
 
         ``min_blocks`` asks the attention backend to split the edges into at least that many blocks. With
         ``heads``, the rows are this rank's node blocks and attention runs over the whole graph (``edges``) for
         this rank's share of the heads. A processor passes ``x_src is x_dst``, or ``x_dst`` followed by halo rows.
+        With conditional norms, ``cond`` (B, N_dst, C) and ``cond_src`` (B, N_src, C) condition them.
         """
-        h_dst = self.norm_dst(x_dst)
-        h_src = h_dst if x_src is x_dst else (self.norm_src or self.norm_dst)(x_src)
+        h_dst = apply_norm(self.norm_dst, x_dst, cond)
+        h_src = h_dst if x_src is x_dst else apply_norm(self.norm_src or self.norm_dst, x_src, cond_src)
         q = self._heads(self.lin_query(h_dst))
         k, v = self._heads(self.lin_key(h_src)), self._heads(self.lin_value(h_src))
         weight, bias = self.lin_edge.weight, self.lin_edge.bias
@@ -76,4 +82,4 @@ class GraphTransformerBlock(nn.Module):
         if heads is not None:
             attended = heads.to_nodes(attended)
         out = x_dst + self.projection(attended.flatten(-2) + self.lin_self(h_dst))
-        return out + self.mlp(self.norm_mlp(out))
+        return out + self.mlp(apply_norm(self.norm_mlp, out, cond))

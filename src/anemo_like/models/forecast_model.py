@@ -10,6 +10,7 @@ from anemo_like.config.schema import ModelConfig
 from anemo_like.data.variables import VariableLayout
 from anemo_like.models.mapper import GraphTransformerMapper
 from anemo_like.models.node_features import NodeFeatures
+from anemo_like.models.noise import NoiseEmbedding
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.processor import GraphTransformerProcessor, TransformerProcessor
 from anemo_like.models.sharding import ModelShard
@@ -89,16 +90,40 @@ class ForecastModel(nn.Module):
         for index, value in layout.relu_floor.items():
             floor[index] = value
         self.register_buffer("output_floor", floor if layout.relu_floor else None)
+        self.num_hidden = graph["hidden"].num_nodes
+        self.noise_embedding = None
+        if config.noise is not None:
+            self.noise_embedding = NoiseEmbedding(noise_channels=config.noise.channels, channels=config.num_channels)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def noise_shape(self, batch: int) -> tuple[int, int, int] | None:
+        """(B, N_hidden, D): the processor noise one forward pass of ``batch`` states reads; None: deterministic."""
+        if self.noise_embedding is None:
+            return None
+        return batch, self.num_hidden, self.noise_embedding.noise_channels
+
+    def _noise_conditioning(self, noise: Tensor | None, batch: int, like: Tensor) -> Tensor | None:
+        """This rank's block of the embedded noise, (B, n, C); None for a deterministic model. Without ``noise``
+        it is drawn from torch's global generator (diagnostics; training and inference pass their own)."""
+        if self.noise_embedding is None:
+            return None
+        shape = self.noise_shape(batch)
+        if noise is None:
+            noise = torch.randn(shape, device=like.device)
+        if tuple(noise.shape) != shape:
+            raise ValueError(f"the processor noise has shape {tuple(noise.shape)}, the model reads {shape}")
+        return self.noise_embedding(noise[:, slice(*self.shard.block(self.num_hidden))].to(like.dtype))
+
+    def forward(self, x: Tensor, noise: Tensor | None = None) -> Tensor:
         """x: (B, T, G, V_in) normalised -> (B, G, V_out), or (B, K, G, V_out) for K = ``output_steps`` > 1,
         normalised, in x's dtype (also under autocast: the network's output, in the autocast dtype, is added to the
-        last state in full precision)."""
+        last state in full precision). ``noise`` (B, N_hidden, D), standard normal: the processor noise of an
+        ensemble model (``model.noise``; ignored by a deterministic one)."""
         batch, _, grid, _ = x.shape
         x_data = torch.cat([x.transpose(1, 2).reshape(batch, grid, -1), self.data_features(batch)], dim=-1)
         hidden = self.hidden_features(batch)
         latent = self.encoder(x_data, hidden[:, slice(*self.shard.block(hidden.shape[1]))])
-        processed = self.processor(latent)
+        cond = self._noise_conditioning(noise, batch, x)
+        processed = self.processor(latent) if cond is None else self.processor(latent, cond)
         if self.latent_skip:
             processed = processed + latent
         out = self.decoder(processed, x_data[:, slice(*self.shard.block(grid))])

@@ -43,12 +43,15 @@ class _ProcessorLayer(nn.Module):
         halo: HaloPlan | None,
         heads: HeadSplit | None,
         shard: ModelShard,
+        cond: Tensor | None = None,
+        cond_src: Tensor | None = None,
     ) -> Tensor:
-        """x: (B, n, C), this rank's node block; with ``halo``, edge sources index ``cat([x, halo rows])``."""
+        """x: (B, n, C), this rank's node block; with ``halo``, edge sources index ``cat([x, halo rows])``;
+        ``cond`` / ``cond_src``: the noise conditioning of the block's rows / of the sources."""
         x_src = x
         if halo is not None:
             x_src = torch.cat([x, halo_exchange(x, shard.group, halo.send_index, halo.recv_counts)], dim=1)
-        return self.block(x_src, x, edge_attr, edges, min_blocks, heads)
+        return self.block(x_src, x, edge_attr, edges, min_blocks, heads, cond=cond, cond_src=cond_src)
 
 
 class GraphTransformerProcessor(nn.Module):
@@ -69,8 +72,10 @@ class GraphTransformerProcessor(nn.Module):
         gradient_checkpointing: bool,
         backend: str,
         shard_strategy: ShardStrategy = "edges",
+        conditional: bool = False,
     ) -> None:
-        """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A): the edges among ``num_nodes``."""
+        """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A): the edges among ``num_nodes``;
+        ``conditional``: noise-conditioned LayerNorms (ensemble models)."""
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
@@ -91,6 +96,7 @@ class GraphTransformerProcessor(nn.Module):
                     mlp_hidden_ratio=mlp_hidden_ratio,
                     bipartite=False,
                     backend=backend,
+                    conditional=conditional,
                 )
             )
             for _ in range(num_layers)
@@ -120,6 +126,7 @@ class GraphTransformerProcessor(nn.Module):
             gradient_checkpointing=section.gradient_checkpointing,
             backend=config.graph_attention_backend,
             shard_strategy=section.shard_strategy,
+            conditional=config.noise is not None,
         )
 
     def _halo_edges(self) -> tuple[HaloPlan, SortedEdges, slice]:
@@ -134,8 +141,9 @@ class GraphTransformerProcessor(nn.Module):
             self._halo[key] = plan, local, slice(part.edge_start, part.edge_stop)
         return self._halo[key]
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (all of them on one rank).
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (all of them on one rank); ``cond``
+        (B, n, C): the noise conditioning of those nodes (conditional processors only).
 
         In eval mode ``eval_min_blocks`` (when set) splits each layer's edges into at least that many destination
         blocks (``torch`` attention backend).
@@ -147,6 +155,9 @@ class GraphTransformerProcessor(nn.Module):
         else:  # one rank, or heads: every edge (HeadSplit.of is None for a group of one)
             edges, edge_attr = self.edges.sorted_edges(), self.edges()
             heads = HeadSplit.of(shard, self.num_nodes, self.num_nodes)
+        cond_src = cond
+        if cond is not None and halo is not None:  # constant over the layers: one exchange per forward
+            cond_src = torch.cat([cond, halo_exchange(cond, shard.group, halo.send_index, halo.recv_counts)], dim=1)
         return run_layer_segments(
             self.layers,
             x,
@@ -158,6 +169,8 @@ class GraphTransformerProcessor(nn.Module):
             halo=halo,
             heads=heads,
             shard=shard,
+            cond=cond,
+            cond_src=cond_src,
         )
 
 
@@ -176,8 +189,10 @@ class TransformerProcessor(nn.Module):
         window_size: int,
         attention_implementation: Backend,
         gradient_checkpointing: bool,
+        conditional: bool = False,
     ) -> None:
-        """``window_size`` and ``attention_implementation``: those of every ``SlidingWindowTransformerLayer``."""
+        """``window_size``, ``attention_implementation`` and ``conditional`` (noise-conditioned norms): those of
+        every ``SlidingWindowTransformerLayer``."""
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
@@ -190,6 +205,7 @@ class TransformerProcessor(nn.Module):
                 mlp_hidden_ratio=mlp_hidden_ratio,
                 window_size=window_size,
                 attention_implementation=attention_implementation,
+                conditional=conditional,
             )
             for _ in range(num_layers)
         )
@@ -209,14 +225,17 @@ class TransformerProcessor(nn.Module):
             window_size=section.window_size,
             attention_implementation=section.attention_implementation,
             gradient_checkpointing=section.gradient_checkpointing,
+            conditional=config.noise is not None,
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (heads split over the model group)."""
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+        """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (heads split over the model group);
+        ``cond`` (B, n, C): their noise conditioning (conditional processors only)."""
         return run_layer_segments(
             self.layers,
             x,
             num_segments=self.num_chunks,
             checkpointing=self.gradient_checkpointing and self.training,
             heads=HeadSplit.of(self.shard, self.num_nodes, self.num_nodes),
+            cond=cond,
         )

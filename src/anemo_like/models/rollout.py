@@ -42,6 +42,7 @@ def rollout(
     *,
     steps: int,
     gather: Callable[[Tensor], Tensor] | None = None,
+    noise: Callable[[int], Tensor] | None = None,
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (prediction, target) for ``steps`` lead times, one model step apart.
 
@@ -50,7 +51,8 @@ def rollout(
     the last pass only those still needed); the next pass reads the last ``multistep`` states, predicted prognostic
     variables with the batch's known variables of their times. With ``gather`` the batch holds this rank's block of
     the grid, (B, multistep + steps, g, V_sample), and ``gather`` makes the whole grid ((B, T, g, V) -> (B, T, G,
-    V)) of the times each step reads, so no rank holds the whole batch.
+    V)) of the times each step reads, so no rank holds the whole batch. ``noise(i)`` gives the processor noise of
+    the i-th forward pass (ensemble models, :meth:`ForecastModel.forward`).
     """
     inputs = torch.as_tensor(spec.input_positions, device=batch.device)
     outputs = torch.as_tensor(spec.output_positions, device=batch.device)
@@ -60,9 +62,10 @@ def rollout(
         return block if gather is None else gather(block)
 
     x = times(0, spec.multistep).index_select(-1, inputs)
-    done = 0
+    done = passes = 0
     while done < steps:
-        output = model(x)
+        output = model(x) if noise is None else model(x, noise(passes))
+        passes += 1
         states = output.unsqueeze(1) if spec.output_steps == 1 else output  # (B, K, G, V_out)
         samples = []
         for k in range(min(spec.output_steps, steps - done)):

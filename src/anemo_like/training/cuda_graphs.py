@@ -35,6 +35,8 @@ def cuda_graph_refusal(config: RunConfig, device: torch.device, world_size: int)
         )
     if world_size > 1:
         return "it runs with a single process only for now; launch one process or set training.cuda_graphs=false"
+    if config.training.ensemble.members > 1:
+        return "ensemble members draw fresh processor noise on the host every step; set training.cuda_graphs=false"
     if config.model.compile:
         return "model.compile is set: use torch.compile options {mode: reduce-overhead} for its own CUDA graphs"
     return None

@@ -9,9 +9,11 @@ from pathlib import Path
 import torch
 
 from anemo_like.checkpoints.inference import save_inference_checkpoint
+from anemo_like.diagnostics.ensemble_plots import plot_rank_histograms, plot_spread_skill
 from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
 from anemo_like.models.rollout import rollout
 from anemo_like.runtime.process_memory import peak_rss_mib
+from anemo_like.training.ensemble_scores import EnsembleScoreSums
 from anemo_like.training.metrics import MetricsLog
 from anemo_like.training.setup import Run
 from anemo_like.training.validation import ValidationResult
@@ -71,6 +73,20 @@ def write_plots(run: Run, result: ValidationResult, metrics: MetricsLog, sample:
         path=folder / "rmse_by_lead.png",
     )
     plot_forecast(run, *sample)
+    if result.ensemble is not None:
+        write_ensemble_plots(folder, result.ensemble, variables=result.variables, leads=result.leads)
+
+
+def write_ensemble_plots(folder: Path, sums: EnsembleScoreSums, *, variables: list[str], leads: list[str]) -> None:
+    """``rank_histogram.png`` (the last lead) and ``spread_skill.png`` (every lead) of an ensemble's scores."""
+    scores = sums.as_arrays()
+    last = len(leads) - 1
+    plot_rank_histograms(
+        folder / "rank_histogram.png", scores["rank_histogram"], variables=variables, lead=leads[last], lead_index=last
+    )
+    plot_spread_skill(
+        folder / "spread_skill.png", scores["spread"], scores["ensemble_mean_rmse"], variables=variables, leads=leads
+    )
 
 
 def write_run_outputs(
@@ -108,6 +124,7 @@ def write_run_outputs(
         if result.beats_persistence()
         else "model does NOT beat persistence on every prognostic variable yet",
         folder,
-        ", loss_curve.png, rmse_by_lead.png, forecast_map.png" if plots else "",
+        (", loss_curve.png, rmse_by_lead.png, forecast_map.png" if plots else "")
+        + (", rank_histogram.png, spread_skill.png" if plots and result.ensemble is not None else ""),
     )
     return RunOutputs(folder, training_checkpoint, inference_path, metrics.path, result)

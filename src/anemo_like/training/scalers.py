@@ -14,10 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from anemo_like.config.loss_schema import NodeMask, NodeScaler, PressureLevelScaler, TendencyScaler, eastward
+from anemo_like.config.loss_schema import (
+    ENSEMBLE_LOSSES,
+    NodeMask,
+    NodeScaler,
+    PressureLevelScaler,
+    TendencyScaler,
+    eastward,
+)
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.setup import DataSetup
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, read_tendency_stdev
+from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
 from anemo_like.training.loss import WeightedLoss
 
 LOG = logging.getLogger(__name__)
@@ -168,10 +176,17 @@ def loss_weights(config: RunConfig, data: DataSetup, area_weight: torch.Tensor) 
     return LossWeights(node=node, variable=variable, note="; ".join(notes))
 
 
-def build_loss(config: RunConfig, data: DataSetup, area_weight: torch.Tensor) -> WeightedLoss:
-    """The loss ``training.loss`` names, weighted by ``training.scalers``; logs the final variable weights."""
+def build_loss(config: RunConfig, data: DataSetup, area_weight: torch.Tensor) -> WeightedLoss | EnsembleCRPSLoss:
+    """The loss ``training.loss`` names, weighted by ``training.scalers``; logs the final variable weights. An
+    ensemble loss (crps, afcrps) scores (B, M, G, V) members, the others (B, G, V) predictions."""
     weights = loss_weights(config, data, area_weight)
-    loss = WeightedLoss.from_config(config.training.loss, area_weight=weights.node, variable_weight=weights.variable)
+    cfg = config.training.loss
+    loss: WeightedLoss | EnsembleCRPSLoss
+    if cfg.name in ENSEMBLE_LOSSES:
+        kind = "fair" if cfg.name == "crps" else "almost_fair"
+        loss = EnsembleCRPSLoss(area_weight=weights.node, variable_weight=weights.variable, kind=kind, alpha=cfg.alpha)
+    else:
+        loss = WeightedLoss.from_config(cfg, area_weight=weights.node, variable_weight=weights.variable)
     shares = ", ".join(f"{n} {w:.4g}" for n, w in zip(data.roles.output, loss.variable_weight.tolist(), strict=True))
     LOG.info("loss %s (%s); variable weights (sum 1): %s", loss.describe(), weights.note, shares)
     return loss

@@ -53,6 +53,8 @@ from anemo_like.tracking.background import SenderProcess
 from anemo_like.tracking.tracker import Tracker
 from anemo_like.training.cuda_graphs import cuda_graph_refusal
 from anemo_like.training.ema import WeightAverage
+from anemo_like.training.ensemble import EnsembleMembers
+from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
 from anemo_like.training.loss import WeightedLoss
 from anemo_like.training.optimizer import build_adamw
 from anemo_like.training.run_folder import check_run_folder_is_free, create_run_folder, remove_stale_temporary_files
@@ -96,7 +98,8 @@ class Run:
     parallel: Parallelized
     optimizer: torch.optim.Optimizer
     lr_factor: float
-    loss_fn: WeightedLoss
+    loss_fn: WeightedLoss | EnsembleCRPSLoss
+    ensemble: EnsembleMembers | None  # training.ensemble: this rank's members (None: deterministic)
     area_weight: torch.Tensor  # (G,)
     spec: ForecastSpec  # positions as tensors on the device
     grid_bounds: list[tuple[int, int]]  # the grid blocks each rank of a reader group reads
@@ -139,7 +142,11 @@ def place(config: RunConfig) -> Placement:
     if launch.rank == 0:
         remove_stale_temporary_files(run_dir)
     groups = build_process_groups(
-        launch.world_size, launch.rank, hardware.num_gpus_per_model, config.dataloader.read_group_size
+        launch.world_size,
+        launch.rank,
+        hardware.num_gpus_per_model,
+        config.dataloader.read_group_size,
+        hardware.num_gpus_per_ensemble,
     )
     return Placement(launch, device, groups, run_dir)
 
@@ -197,12 +204,17 @@ def resolve_memory_plan(
     num_parameters = count_parameters(
         config.model, graph, data.layout, config.training.multistep_input, config.training.multistep_output
     )
-    batch = config.dataloader.batch_size
+    batch, members = config.dataloader.batch_size, config.training.ensemble.members
+    rows = batch.train * members // config.system.hardware.num_gpus_per_ensemble  # a row per local member
     model_config, plan = resolve_auto_settings(
-        config.model, graph=graph, batch_size=batch.train, num_parameters=num_parameters, budget_bytes=budget
+        config.model, graph=graph, batch_size=rows, num_parameters=num_parameters, budget_bytes=budget
     )
-    validation = choose_validation_chunks(
-        config=model_config, graph=graph, batch_size=batch.val, num_parameters=num_parameters, budget_bytes=budget
+    validation = choose_validation_chunks(  # validation runs every member on each rank
+        config=model_config,
+        graph=graph,
+        batch_size=batch.val * members,
+        num_parameters=num_parameters,
+        budget_bytes=budget,
     )
     return model_config, plan, validation
 
@@ -249,6 +261,25 @@ def build_model(
     return model, parallel
 
 
+def ensemble_members(config: RunConfig, groups: ProcessGroups, data: DataSetup) -> EnsembleMembers | None:
+    """This rank's share of ``training.ensemble.members`` (None for a deterministic run), starting from the
+    training samples' dataset members."""
+    members, initial = config.training.ensemble.members, data.train.initial_members
+    if members == 1:
+        return None
+    if initial > 1:
+        LOG.info("ensemble members start from the initial states of %d dataset members (k: k mod %d)", initial, initial)
+    return EnsembleMembers.of(
+        members=members,
+        group=groups.ensemble_group,
+        rank=groups.ensemble_rank,
+        size=groups.ensemble_size,
+        seed=config.training.seed,
+        replica=groups.dp_rank,
+        initial_members=data.train.initial_members,
+    )
+
+
 def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None) -> Run:
     """Set up a training run in the fixed order of this module's docstring. ``tracking_sender``: the tracking sender
     the command started early (:meth:`SenderProcess.for_config`), if it did."""
@@ -270,7 +301,9 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype, warm_start=warm_start
     )
     del warm_start  # its tensors are copied: free the CPU copy before training
-    apply_validation_chunks(model, validation_chunks, config.dataloader.batch_size.val)
+    apply_validation_chunks(
+        model, validation_chunks, config.dataloader.batch_size.val * config.training.ensemble.members
+    )
     opt = config.training.optimizer
     area_weight = torch.as_tensor(graph["data"].area_weight, dtype=torch.float32)
     loss_fn = build_loss(config, data, area_weight)
@@ -295,6 +328,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         ),
         lr_factor=learning_rate_scale(opt.lr_scaling, placement.groups.dp_size),
         loss_fn=loss_fn.to(placement.device),
+        ensemble=ensemble_members(config, placement.groups, data),
         area_weight=area_weight,
         spec=spec.on(placement.device),
         grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),

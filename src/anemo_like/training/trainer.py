@@ -30,12 +30,12 @@ from anemo_like.distributed.data_parallel import barrier, mean_over_ranks
 from anemo_like.distributed.stop_vote import StopVote
 from anemo_like.interrupts import phase, stop_requests
 from anemo_like.models.ops.collectives import gather_nodes
-from anemo_like.models.rollout import rollout
 from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import peak_memory_mib
 from anemo_like.tracking.background import SenderProcess
 from anemo_like.training.cuda_graphs import CapturedStep
 from anemo_like.training.ema import averaged_weights
+from anemo_like.training.ensemble import rollout_loss
 from anemo_like.training.hooks import StepHook, default_hooks
 from anemo_like.training.metrics import LossWindow, MetricsLog
 from anemo_like.training.nonfinite import NonFiniteSteps, TrainingDiverged, gradient_norm, step_is_finite
@@ -188,10 +188,11 @@ class Trainer:
         cfg = self.config.training
         steps = rollout_steps(self.step, config=cfg.rollout)
         scaler = self.precision.scaler
-        loss = torch.zeros((), device=self.device)
         with self.precision.autocast():
-            for prediction, target in rollout(self.model, batch, self.run.spec, steps=steps):
-                loss = loss + self.run.loss_fn(prediction.float(), target.float()) / steps
+            loss = rollout_loss(
+                self.model, batch, spec=self.run.spec, loss_fn=self.run.loss_fn, steps=steps,
+                ensemble=self.run.ensemble, step=self.step,
+            )  # fmt: skip
         self.clock.switch("decoder backward")
         (loss if scaler is None else scaler.scale(loss)).backward()
         self.clock.switch("optimizer step")
@@ -244,6 +245,9 @@ class Trainer:
             prepare=self.prepare_batch,
             autocast=self.precision.autocast,
             progress=cfg.diagnostics.progress_bar and self.is_main,
+            members=cfg.training.ensemble.members,
+            seed=cfg.training.seed,
+            initial_members=data.val.initial_members,
         )
 
     # -------------------------------------------------------------------------------------------- loop

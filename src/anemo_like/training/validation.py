@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader
 from anemo_like.data.zarr_store import format_frequency
 from anemo_like.models.rollout import ForecastSpec, rollout
 from anemo_like.progress import Progress
+from anemo_like.training.ensemble import VALIDATION_STREAM, EnsembleMembers
+from anemo_like.training.ensemble_scores import EnsembleScoreSums
 
 
 @dataclass
@@ -30,6 +32,7 @@ class ValidationResult:
     climatology_rmse: np.ndarray | None  # (L, V), the training dates' mean state as the forecast
     loss: float
     num_samples: int  # start dates scored
+    ensemble: EnsembleScoreSums | None = None  # probabilistic scores of an ensemble (model_rmse: its mean's)
 
     def table(self) -> str:
         """Markdown table: variable, lead, model RMSE, persistence RMSE, ratio, climatology RMSE."""
@@ -47,6 +50,8 @@ class ValidationResult:
                     lines.append(f"| {name} | {lead} | {model:.4g} | {pers:.4g} | {model / pers:.3f} | {climatology} |")
                 else:
                     lines.append(f"| {name} | {lead} | {model:.4g} | n/a | n/a | {climatology} |")
+        if self.ensemble is not None:
+            lines += ["", ensemble_table(self.ensemble, variables=self.variables, leads=self.leads)]
         return "\n".join(lines)
 
     def beats_persistence(self, lead_index: int = 0) -> bool:
@@ -58,7 +63,25 @@ class ValidationResult:
         for li, lead in enumerate(self.leads):
             for v, name in enumerate(self.variables):
                 record[f"rmse_{name}_{lead}"] = float(self.model_rmse[li, v])
+        if self.ensemble is not None:
+            record |= self.ensemble.records(variables=self.variables, leads=self.leads)
         return record
+
+
+def ensemble_table(sums: EnsembleScoreSums, *, variables: list[str], leads: list[str]) -> str:
+    """Markdown table: variable, lead, fair CRPS, ensemble-mean RMSE, spread, spread/skill (physical units)."""
+    scores = sums.as_arrays()
+    lines = [
+        f"Ensemble of {sums.num_members} members:",
+        "",
+        "| variable | lead | CRPS | ensemble-mean RMSE | spread | spread / skill |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v, name in enumerate(variables):
+        for li, lead in enumerate(leads):
+            row = [scores[key][li, v] for key in ("crps", "ensemble_mean_rmse", "spread", "spread_skill")]
+            lines.append(f"| {name} | {lead} | {row[0]:.4g} | {row[1]:.4g} | {row[2]:.4g} | {row[3]:.3f} |")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -79,8 +102,16 @@ class _ErrorSums:
     """Area-weighted squared errors (float64, physical units) and the weight of the points that had a target, per
     lead and variable, for the model, persistence and climatology; and the loss."""
 
-    def __init__(self, scoring: Scoring, *, steps: int, num_prognostic: int, device: torch.device) -> None:
+    def __init__(
+        self, scoring: Scoring, *, steps: int, num_prognostic: int, device: torch.device, members: int = 1
+    ) -> None:
         self.steps, self.num_prognostic, self.loss_fn = steps, num_prognostic, scoring.loss_fn
+        self.area = (scoring.area_weight / scoring.area_weight.mean()).to(device)
+        self.ensemble = None
+        if members > 1:
+            self.ensemble = EnsembleScoreSums.zeros(
+                num_leads=steps, num_variables=len(scoring.output_names), num_members=members
+            )
         self.weight = (scoring.area_weight / scoring.area_weight.sum()).to(device).double()
         self.scale = torch.as_tensor(scoring.output_scale, dtype=torch.float64, device=device)
         clim = scoring.climatology
@@ -95,9 +126,13 @@ class _ErrorSums:
         return torch.einsum("g,bgv->v", self.weight, values)
 
     def add(self, step: int, prediction: torch.Tensor, target: torch.Tensor, last_state: torch.Tensor) -> None:
-        """One lead of a batch: prediction and target (B, G, V_out), last input state (B, G, P), all normalised."""
+        """One lead of a batch: prediction (B, G, V_out), or members (B, M, G, V_out) of an ensemble, target (B, G,
+        V_out), last input state (B, G, P), all normalised. An ensemble's RMSE is its mean's."""
         p = self.num_prognostic
-        self.loss += self.loss_fn(prediction, target) * prediction.shape[0] / self.steps
+        self.loss += self.loss_fn(prediction, target) * target.shape[0] / self.steps
+        if self.ensemble is not None:
+            self.ensemble.add(step, prediction.double() * self.scale, target.double() * self.scale, self.area)
+            prediction = prediction.mean(1)
         valid = target.isfinite()
         err = torch.where(valid, prediction - target, 0.0).double() * self.scale
         self.model[step] += self._weighted(err.square())
@@ -121,6 +156,7 @@ class _ErrorSums:
             climatology_rmse=climatology,
             loss=float(self.loss) / samples,
             num_samples=samples,
+            ensemble=self.ensemble,
         )
 
 
@@ -137,16 +173,26 @@ def validate(
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
     autocast: Callable[[], AbstractContextManager] = contextlib.nullcontext,
     progress: bool = False,
+    members: int = 1,
+    seed: int = 0,
+    initial_members: int = 1,
 ) -> ValidationResult:
     """Score ``steps`` autoregressive steps on every validation sample (at most ``limit_batches`` batches).
 
     Non-finite targets (``data.nan_policy: mask``) are left out: each RMSE is over the points that have a target.
     ``prepare`` makes a loader batch ready on ``device`` (default: a copy there); ``autocast`` wraps the forward.
-    ``progress`` shows the batches done (:mod:`anemo_like.progress`).
+    ``progress`` shows the batches done (:mod:`anemo_like.progress`). ``members`` > 1 runs that many ensemble
+    members per sample (processor noise from ``seed`` and the batch index: the same at every validation), from
+    the initial states of ``initial_members`` dataset members (:meth:`EnsembleMembers.expand`).
     """
     was_training = model.training
     model.eval()
-    sums = _ErrorSums(scoring, steps=steps, num_prognostic=spec.num_prognostic, device=device)
+    sums = _ErrorSums(scoring, steps=steps, num_prognostic=spec.num_prognostic, device=device, members=members)
+    ensemble = None
+    if members > 1:
+        ensemble = EnsembleMembers.of(
+            members=members, group=None, rank=0, size=1, seed=seed, initial_members=initial_members
+        )
     prognostic_inputs = torch.as_tensor(spec.input_positions, device=device)[: spec.num_prognostic]
     samples = 0
     total = len(loader) if limit_batches is None else min(len(loader), limit_batches)
@@ -157,7 +203,7 @@ def validate(
             batch = batch.to(device) if prepare is None else prepare(batch)
             last_state = batch[:, spec.multistep - 1].index_select(-1, prognostic_inputs).float()
             with autocast():
-                predictions = list(rollout(model, batch, spec, steps=steps))
+                predictions = list(_rollout(model, batch, spec, steps=steps, ensemble=ensemble, index=i))
             for step, (prediction, target) in enumerate(predictions):
                 sums.add(step, prediction.float(), target.float(), last_state)
             samples += batch.shape[0]
@@ -166,3 +212,21 @@ def validate(
     if samples == 0:
         raise ValueError("validation saw no samples: check data.splits.val and dataloader.limit_batches.val")
     return sums.result(scoring, samples)
+
+
+def _rollout(
+    model: nn.Module,
+    batch: torch.Tensor,
+    spec: ForecastSpec,
+    *,
+    steps: int,
+    ensemble: EnsembleMembers | None,
+    index: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(prediction (B, G, V), target) per lead, or (members (B, M, G, V), target) for an ``ensemble``."""
+    if ensemble is None:
+        yield from rollout(model, batch, spec, steps=steps)
+        return
+    noise = ensemble.noise(model.noise_shape(batch.shape[0]), stream=VALIDATION_STREAM, step=index, device=batch.device)
+    for prediction, target in rollout(model, ensemble.expand(batch, spec.multistep), spec, steps=steps, noise=noise):
+        yield ensemble.gather(prediction), ensemble.target(target)

@@ -1,0 +1,140 @@
+"""Ensemble skill on the Held-Suarez data against the deterministic model it starts from; ONE JSON line.
+
+    python benchmarks/ensemble_skill.py --dataset ../shared/data/hs-t21-seed1-1y.zarr [--output DIR] [--threads 2]
+        [--members 8] [--every 12h] [--reuse] [-- key=value ...]
+
+The pipeline is the documented one (``training/config/hs_t21_ens.yaml``'s header): ``hs_t21_cpu`` (deterministic),
+then ``hs_t21_ens`` from its ``inference.pt`` (overrides after ``--`` go to this run), each a fresh process with
+``--threads`` threads. Both models then forecast 72 h with ``anemo-infer verify=true`` from the same initial dates
+of the held-out months (November and December, every ``--every``; the ensemble with ``--members`` members, seed
+0), and the scores come from the two ``verification.json`` files. Printed: wall and CPU seconds of every stage
+(CPU from the kernel's accounting of each process), and for z_500, t_850, u_250, v_500 and sp at 24 h and 72 h:
+the deterministic RMSE and MAE, the ensemble's fair CRPS, ensemble-mean RMSE, spread and spread/skill, and the
+targets of issue 23: spread/skill within [0.8, 1.2] at 24 h and 72 h, CRPS <= 0.85 x the deterministic MAE at
+24 h, ensemble-mean RMSE <= 1.05 x the deterministic RMSE (24 h and 72 h), all within 90 minutes.
+With ``--reuse``, stages already finished in ``--output`` (their ``run.json``) are not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from finetune_skill import run_command
+from skill import REFERENCE_RMSE
+
+SCORED = list(REFERENCE_RMSE)  # z_500, t_850, u_250, v_500, sp
+LEADS = ("1d", "3d")
+FIRST_DATE, LAST_DATE = "2000-11-01T00", "2000-12-28T12"  # the held-out months; the last 72 h end in the data
+WALL_LIMIT_S = 90 * 60
+
+
+def verify(args: argparse.Namespace, checkpoint: Path, folder: Path, members: int) -> dict:
+    """``anemo-infer verify=true`` of ``checkpoint``: 72 h from every ``--every`` of the held-out months; the
+    verification.json scores, wall and CPU seconds."""
+    record = folder / "run.json"
+    if args.reuse and record.is_file():
+        return json.loads(record.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        str(Path(sys.executable).with_name("anemo-infer")),
+        f"checkpoint={checkpoint}",
+        f"dataset={args.dataset}",
+        f"date_range.start={FIRST_DATE}",
+        f"date_range.end={LAST_DATE}",
+        f"date_range.every={args.every}",
+        "lead_time=3d",
+        f"output={folder / 'forecast.nc'}",
+        f"hydra.run.dir={folder}",
+        f"members={members}",
+        "seed=0",
+        "verify=true",
+        f"num_threads={args.threads}",
+        f"batch_size={args.batch_size}",
+    ]
+    started = time.perf_counter()
+    with (folder / "stdout.log").open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed: see {folder / 'stdout.log'}")
+    scores = json.loads((folder / "verification.json").read_text())
+    measured = {"wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime, "scores": scores}
+    record.write_text(json.dumps(measured))
+    return measured
+
+
+def score(scores: dict, variable: str, lead: str, key: str) -> float:
+    """One score of a verification.json: ``scores[variable][lead][key]``."""
+    return float(scores["scores"][variable][lead][key])
+
+
+def table(deterministic: dict, ensemble: dict) -> dict[str, dict[str, dict[str, float]]]:
+    """Per variable and lead: deterministic rmse and mae, ensemble crps, ens_rmse, spread and ssr."""
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    for variable in SCORED:
+        rows[variable] = {}
+        for lead in LEADS:
+            row = {f"det_{key}": score(deterministic, variable, lead, key) for key in ("rmse", "mae")}
+            row |= {key: score(ensemble, variable, lead, key) for key in ("crps", "ens_rmse", "spread", "ssr")}
+            rows[variable][lead] = {key: round(value, 4) for key, value in row.items()}
+    return rows
+
+
+def targets(rows: dict[str, dict[str, dict[str, float]]], wall_s: float) -> dict[str, bool]:
+    """Issue 23's targets, each over every scored variable."""
+    at = [(rows[v][lead], lead) for v in SCORED for lead in LEADS]
+    return {
+        "spread_skill_0.8_to_1.2": all(0.8 <= row["ssr"] <= 1.2 for row, _ in at),
+        "crps_le_0.85_det_mae_24h": all(rows[v]["1d"]["crps"] <= 0.85 * rows[v]["1d"]["det_mae"] for v in SCORED),
+        "ens_rmse_le_1.05_det_rmse": all(row["ens_rmse"] <= 1.05 * row["det_rmse"] for row, _ in at),
+        "within_90_minutes": wall_s <= WALL_LIMIT_S,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, type=Path)
+    parser.add_argument("--output", type=Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of every process")
+    parser.add_argument("--members", type=int, default=8, help="members of the verified ensemble forecasts")
+    parser.add_argument("--every", default="12h", help="spacing of the verified initial dates")
+    parser.add_argument("--batch-size", type=int, default=8, help="anemo-infer batch_size (dates x members)")
+    parser.add_argument("--reuse", action="store_true", help="keep stages already finished in --output")
+    parser.add_argument("overrides", nargs="*", help="hs_t21_ens overrides after --")
+    args = parser.parse_args()
+    args.dataset = args.dataset.resolve()
+    root = (args.output or Path(tempfile.mkdtemp(prefix="anemo-ensemble-"))).resolve()
+    stages = {"deterministic": run_command("hs_t21_cpu", root / "deterministic", args, [])}
+    weights = root / "deterministic" / "inference.pt"
+    extra = [f"training.init_from={weights}", *args.overrides]
+    stages["ensemble"] = run_command("hs_t21_ens", root / "ensemble", args, extra)
+    stages["verify_deterministic"] = verify(args, weights, root / "verify-deterministic", members=1)
+    stages["verify_ensemble"] = verify(args, root / "ensemble" / "inference.pt", root / "verify-ensemble", args.members)
+    rows = table(stages["verify_deterministic"], stages["verify_ensemble"])
+    wall = sum(stage["wall_s"] for stage in stages.values())
+    print(
+        json.dumps(
+            {
+                "benchmark": "ensemble_skill",
+                "dataset": str(args.dataset),
+                "threads": args.threads,
+                "members_verified": args.members,
+                "overrides": args.overrides,
+                "stages": {name: {k: round(s[k]) for k in ("wall_s", "cpu_s")} for name, s in stages.items()},
+                "wall_s": round(wall),
+                "scores": rows,
+                "targets": targets(rows, wall),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

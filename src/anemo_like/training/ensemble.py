@@ -1,0 +1,144 @@
+"""Ensemble members in training and validation (``training.ensemble.members``).
+
+A batch of B initial states becomes B * m rows, member-minor (row ``b * m + j`` is member ``first + j`` of sample
+``b``), where m of the M members run on this rank: M / ``system.hardware.num_gpus_per_ensemble``, the consecutive
+block ``first`` .. ``first + m``. Member ``k``'s processor noise comes from its own generator, seeded by (seed,
+stream, step, k, replica) with ``replica`` the data-parallel rank (its samples), so a member's forecast does not
+depend on which rank of the ensemble group runs it. The loss gathers every member of
+the ensemble group (:func:`anemo_like.models.ops.collectives.gather_nodes` along the member dimension: its backward
+sums the gradients of every rank's identical loss, which the world-wide gradient average divides again).
+
+An ensemble dataset gives the members their own initial states: with ``initial_members`` E > 1 a sample holds
+the dataset member 0's states followed by the initial states of members 1 .. E - 1
+(:class:`anemo_like.data.window_dataset.WindowDataset`), and member k starts from dataset member k mod E; every
+member is scored against member 0's states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.distributed import ProcessGroup
+
+from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.ops.collectives import gather_nodes
+from anemo_like.models.rollout import ForecastSpec, rollout
+
+TRAIN_STREAM, VALIDATION_STREAM = 0, 1
+
+
+def member_seed(seed: int, stream: int, step: int, member: int, replica: int = 0) -> int:
+    """A 63-bit generator seed for one member of one step of a stream (training, validation, inference) on one
+    data-parallel ``replica``."""
+    entropy = [seed, stream, step, member, replica]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 1)
+
+
+def member_noise(
+    shape: tuple[int, int, int] | None, *, seeds: list[int], device: torch.device
+) -> Callable[[int], Tensor] | None:
+    """Processor noise for consecutive forward passes of B * len(seeds) member-minor rows: pass i reads the i-th
+    (B, N, D) draw of each member's generator (on the CPU, so a seed gives the same noise on any device), as
+    (B * m, N, D). ``shape``: the model's :meth:`noise_shape` for B rows (None: a deterministic model)."""
+    if shape is None:
+        return None
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+
+    def noise(_: int) -> Tensor:
+        draws = [torch.randn(shape, generator=g) for g in generators]  # m of (B, N, D)
+        return torch.stack(draws, dim=1).flatten(0, 1).to(device, non_blocking=True)
+
+    return noise
+
+
+@dataclass(frozen=True)
+class EnsembleMembers:
+    """This rank's share of the M members: ``local`` of them from ``first``; ``group``: the ranks sharing them."""
+
+    members: int
+    local: int
+    first: int
+    group: ProcessGroup | None
+    seed: int
+    replica: int = 0
+    initial_members: int = 1  # a sample's initial states of that many dataset members
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        members: int,
+        group: ProcessGroup | None,
+        rank: int,
+        size: int,
+        seed: int,
+        replica: int = 0,
+        initial_members: int = 1,
+    ) -> EnsembleMembers:
+        """Members split evenly over the ``size`` ranks of the ensemble group (``rank``: this rank's place), for the
+        samples of data-parallel ``replica``, starting from ``initial_members`` dataset members."""
+        if members % size:
+            raise ValueError(f"{members} ensemble members cannot be split evenly over {size} ranks")
+        local = members // size
+        first = rank * local
+        return cls(members, local, first, group, seed, replica, initial_members)
+
+    def expand(self, batch: Tensor, multistep: int) -> Tensor:
+        """(B, T', G, V) samples -> (B * m, T, G, V) member rows: each sample once per local member, with member k's
+        ``multistep`` initial states from dataset member k mod ``initial_members`` (T' = T + (E - 1) * multistep)."""
+        if self.initial_members == 1:
+            return batch.repeat_interleave(self.local, dim=0)
+        states = batch.shape[1] - (self.initial_members - 1) * multistep
+        trajectory, later = batch[:, :states], batch[:, multistep:states]
+        starts = [trajectory[:, :multistep], *batch[:, states:].split(multistep, dim=1)]
+        members = range(self.first, self.first + self.local)
+        rows = [torch.cat([starts[k % self.initial_members], later], dim=1) for k in members]
+        return torch.stack(rows, dim=1).flatten(0, 1)
+
+    def noise(
+        self, shape: tuple[int, int, int] | None, *, stream: int, step: int, device: torch.device
+    ) -> Callable[[int], Tensor] | None:
+        """:func:`member_noise` of this rank's members for ``step`` of ``stream``."""
+        members = range(self.first, self.first + self.local)
+        seeds = [member_seed(self.seed, stream, step, k, self.replica) for k in members]
+        return member_noise(shape, seeds=seeds, device=device)
+
+    def gather(self, prediction: Tensor) -> Tensor:
+        """(B * m, G, V) -> (B, M, G, V): every member of the ensemble group, in member order."""
+        local = prediction.unflatten(0, (-1, self.local))
+        if self.group is None:
+            return local
+        return gather_nodes(local, self.group, [self.local] * (self.members // self.local), dim=1)
+
+    def target(self, target: Tensor) -> Tensor:
+        """(B * m, G, V) -> (B, G, V): the target of each sample (the same for its members)."""
+        return target[:: self.local]
+
+
+def rollout_loss(
+    model: ForecastModel,
+    batch: Tensor,
+    *,
+    spec: ForecastSpec,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    steps: int,
+    ensemble: EnsembleMembers | None,
+    step: int,
+) -> Tensor:
+    """The training loss of one batch (B, T, G, V): the mean over ``steps`` rollout steps of ``loss_fn``, of each
+    prediction (deterministic) or of every member of the ensemble (``ensemble``; noise of training ``step``)."""
+    loss = torch.zeros((), device=batch.device)
+    if ensemble is None:
+        for prediction, target in rollout(model, batch, spec, steps=steps):
+            loss = loss + loss_fn(prediction.float(), target.float()) / steps
+        return loss
+    shape = model.noise_shape(batch.shape[0])
+    noise = ensemble.noise(shape, stream=TRAIN_STREAM, step=step, device=batch.device)
+    rows = ensemble.expand(batch, spec.multistep)
+    for prediction, target in rollout(model, rows, spec, steps=steps, noise=noise):
+        loss = loss + loss_fn(ensemble.gather(prediction.float()), ensemble.target(target.float())) / steps
+    return loss
