@@ -37,6 +37,7 @@ LAYOUTS = {
     4: [
         (1, 4, "graphtransformer", "edges"),
         (2, 2, "graphtransformer", "edges"),
+        (2, 2, "graphtransformer", "heads"),
         (2, 2, "transformer", "heads"),
         (1, 2, "graphtransformer", "heads"),  # 2 data-parallel replicas of 2-rank ensembles
     ],
@@ -77,7 +78,7 @@ def check_layout(check: Checks, graph, rank: int, world: int, layout: tuple[int,
     replicas = groups.dp_size
     generator = torch.Generator().manual_seed(1)
     grid = graph["data"].num_nodes
-    batches = torch.randn(replicas, 1, SPEC.multistep + STEPS, grid, 5, generator=generator)
+    batches = torch.randn(replicas, 2, SPEC.multistep + STEPS, grid, 5, generator=generator)  # 2 samples each
     loss_fn = EnsembleCRPSLoss(
         area_weight=torch.rand(grid, generator=generator) + 0.5, variable_weight=torch.rand(4, generator=generator)
     )

@@ -113,6 +113,7 @@ def test_ensemble_groups_compose_with_model_and_data_parallel_groups() -> None:
         (["training.ensemble.members=2", "training.loss.name=crps"], "needs model.noise"),
         ([*ENSEMBLE, "system.hardware.num_gpus_per_ensemble=2"], "must divide training.ensemble.members"),
         (["training.loss.name=afcrps", "training.loss.alpha=1.5"], "alpha"),
+        (["model.noise={channels: 4}"], "model.noise makes the processor stochastic"),
     ],
 )
 def test_ensemble_config_refusals(tmp_path, compose_run, overrides, message) -> None:

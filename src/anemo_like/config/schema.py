@@ -155,6 +155,11 @@ class RunConfig(Strict):
                 f"training.ensemble.members={members} needs model.noise (e.g. model.noise.channels=16): without "
                 "noise every member is the same forecast"
             )
+        if members == 1 and self.model.noise is not None:
+            raise ValueError(
+                "model.noise makes the processor stochastic, which only an ensemble trains: set "
+                "training.ensemble.members to 2 or more (with training.loss.name crps or afcrps), or model.noise=null"
+            )
         if members % per_ensemble:
             raise ValueError(
                 f"system.hardware.num_gpus_per_ensemble={per_ensemble} must divide training.ensemble.members "

@@ -5,7 +5,9 @@ parameters (they are small next to the activations) and compute their own node b
 group computes the same loss from the gathered output, so with ``D`` instances of ``P`` ranks the gradient of
 each parameter summed over the world is ``P`` times the sum of the instances' gradients: averaging over the
 whole world (``GradientBuckets.average``) gives the mean over instances, exactly what one process with the global
-batch computes.
+batch computes. Ensembles spread over ``E`` instances gather their members the same way (every rank of an
+ensemble computes its loss), so the world average (over ``D * E * P`` ranks) is the mean over the ``D``
+data-parallel replicas' ensemble losses.
 """
 
 from __future__ import annotations

@@ -49,6 +49,10 @@ PROCESSOR_ROWS_PER_LAYER = 8.5
 """Live rows per hidden node and per layer of one processor checkpoint segment (measured 7.6)."""
 PROCESSOR_SAVED_ROWS_PER_LAYER = 9.5
 """Rows a processor layer without recomputation keeps until backward, per hidden node (measured 9.0)."""
+CONDITIONAL_NORM_ROWS_PER_LAYER = 4.0
+"""Rows a processor layer of an ensemble model keeps on top, per hidden node: each of its two noise-conditioned
+LayerNorms keeps the normalised input and the scale factor for backward (derived from the operations, not
+fitted)."""
 PROCESSOR_EXTRA_ROWS = 10.0
 """Backward transients of the processor and the latent tensors around it (the encoder's output, the gradients
 of the processor's input and output), rows per hidden node (measured 4.7 + 2.6)."""
@@ -150,17 +154,21 @@ class MapperModel:
 class ProcessorModel:
     """Costs of the processor, per checkpoint segment count and recomputation."""
 
-    def __init__(self, num_layers: int, num_hidden: int, num_edges: int, row_bytes: int) -> None:
+    def __init__(
+        self, num_layers: int, num_hidden: int, num_edges: int, row_bytes: int, conditional: bool = False
+    ) -> None:
+        """``conditional``: noise-conditioned LayerNorms (an ensemble model's processor)."""
         self.num_layers, self.num_hidden, self.row_bytes = num_layers, num_hidden, row_bytes
         self.work = num_layers * (PROCESSOR_NODE_WORK * num_hidden + EDGE_WORK * num_edges)
+        self.norm_rows = CONDITIONAL_NORM_ROWS_PER_LAYER if conditional else 0.0
 
     def cost(self, checkpointing: bool, num_chunks: int) -> ComponentCost:
         if checkpointing:
             layers_per_segment = -(-self.num_layers // num_chunks)
-            peak = PROCESSOR_ROWS_PER_LAYER * layers_per_segment + PROCESSOR_EXTRA_ROWS
+            peak = (PROCESSOR_ROWS_PER_LAYER + self.norm_rows) * layers_per_segment + PROCESSOR_EXTRA_ROWS
             saved = float(num_chunks)  # each segment's input
         else:
-            saved = PROCESSOR_SAVED_ROWS_PER_LAYER * self.num_layers
+            saved = (PROCESSOR_SAVED_ROWS_PER_LAYER + self.norm_rows) * self.num_layers
             peak = saved + PROCESSOR_EXTRA_ROWS
         rows = self.num_hidden * self.row_bytes
         return ComponentCost("processor", checkpointing, num_chunks, int(peak * rows), int(saved * rows), self.work)
@@ -183,7 +191,9 @@ def component_models(
     )
     return {
         "encoder": MapperModel("encoder", SortedEdges(graph[ENCODER_EDGES].edge_index, num_hidden), row_bytes),
-        "processor": ProcessorModel(config.processor.num_layers, num_hidden, processor_edges, row_bytes),
+        "processor": ProcessorModel(
+            config.processor.num_layers, num_hidden, processor_edges, row_bytes, conditional=config.noise is not None
+        ),
         "decoder": MapperModel(
             "decoder", SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes), row_bytes
         ),

@@ -13,6 +13,7 @@ from anemo_like.diagnostics.ensemble_plots import plot_rank_histograms, plot_spr
 from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
 from anemo_like.models.rollout import rollout
 from anemo_like.runtime.process_memory import peak_rss_mib
+from anemo_like.training.ensemble import VALIDATION_STREAM, member_noise, member_seed
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
 from anemo_like.training.metrics import MetricsLog
 from anemo_like.training.setup import Run
@@ -35,11 +36,14 @@ class RunOutputs:
 @torch.no_grad()
 def forecast_sample(run: Run, prepare) -> tuple[torch.Tensor, torch.Tensor]:
     """The first validation sample's first-lead (prediction, target), (B, G, V_out) each (every rank of a sharded
-    model instance takes part). ``prepare`` makes a loader batch ready for the model."""
+    model instance takes part); of an ensemble model: member 0's, with its validation noise. ``prepare`` makes a
+    loader batch ready for the model."""
     run.model.eval()
     batch = prepare(run.data.val[0].unsqueeze(0))
+    seed = member_seed(run.config.training.seed, VALIDATION_STREAM, 0, 0)
+    noise = member_noise(run.model.noise_shape(1), seeds=[seed], device=batch.device)
     with run.precision.autocast():
-        prediction, target = next(rollout(run.model, batch, run.spec, steps=1))
+        prediction, target = next(rollout(run.model, batch, run.spec, steps=1, noise=noise))
     run.model.train()
     return prediction.float(), target.float()
 

@@ -80,8 +80,9 @@ class Placement:
 
     @property
     def validates(self) -> bool:
-        """The ranks of model instance 0 validate; rank 0 writes."""
-        return self.groups.dp_rank == 0
+        """The ranks of model instance 0 validate (with ensembles: all the members, on that instance); rank 0
+        writes."""
+        return self.groups.dp_rank == 0 and self.groups.ensemble_rank == 0
 
 
 @dataclass
@@ -353,10 +354,11 @@ def log_run(run: Run) -> None:
     if placement.launch.world_size > 1 and placement.is_main:
         lr = config.training.optimizer.lr_scaling
         LOG.info(
-            "%d ranks: %d model instance(s) of %d rank(s) (encoder %s, processor %s, decoder %s sharding), "
-            "samples read by groups of %d rank(s)%s",
+            "%d ranks: %d data-parallel replica(s) of %d model instance(s) (ensemble members) of %d rank(s) "
+            "(encoder %s, processor %s, decoder %s sharding), samples read by groups of %d rank(s)%s",
             placement.launch.world_size,
             groups.dp_size,
+            groups.ensemble_size,
             groups.model_size,
             config.model.encoder.shard_strategy,
             config.model.processor.shard_strategy,
