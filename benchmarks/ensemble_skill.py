@@ -70,9 +70,9 @@ def verify(args: argparse.Namespace, checkpoint: Path, folder: Path, members: in
     return measured
 
 
-def score(scores: dict, variable: str, lead: str, key: str) -> float:
-    """One score of a verification.json: ``scores[variable][lead][key]``."""
-    return float(scores["scores"][variable][lead][key])
+def score(stage: dict, variable: str, lead: str, key: str) -> float:
+    """One score of a verification stage: its verification.json's ``scores[variable][lead][key]``."""
+    return float(stage["scores"]["scores"][variable][lead][key])
 
 
 def table(deterministic: dict, ensemble: dict) -> dict[str, dict[str, dict[str, float]]]:

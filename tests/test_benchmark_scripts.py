@@ -131,3 +131,21 @@ def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
     assert done.returncode != 0 and f"{missing} does not exist" in done.stderr
     done = subprocess.run([*command[:2], "--rounds", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--rounds: expected a positive integer, got 0" in done.stderr
+
+
+def test_ensemble_skill_reads_verification_files_and_checks_each_target(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from ensemble_skill import LEADS, SCORED, table, targets
+
+    def stage(**scores: float) -> dict:
+        return {"scores": {"scores": {v: {lead: dict(scores) for lead in LEADS} for v in SCORED}}}
+
+    deterministic = stage(rmse=2.0, mae=1.6)
+    rows = table(deterministic, stage(crps=1.0, ens_rmse=2.0, spread=1.9, ssr=0.95))
+    assert rows["z_500"]["1d"] == {
+        "det_rmse": 2.0, "det_mae": 1.6, "crps": 1.0, "ens_rmse": 2.0, "spread": 1.9, "ssr": 0.95
+    }  # fmt: skip
+    assert all(targets(rows, wall_s=60.0).values())
+    assert not targets(rows, wall_s=91 * 60.0)["within_90_minutes"]
+    failing = targets(table(deterministic, stage(crps=1.4, ens_rmse=2.2, spread=1.0, ssr=0.5)), wall_s=60.0)
+    assert not any(failing[key] for key in failing if key != "within_90_minutes")
