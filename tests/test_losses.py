@@ -318,7 +318,10 @@ def test_a_combined_masked_run_trains(tiny_config) -> None:
             r"'training.loss.terms.0.weight' = -1: Input should be greater than or equal to 0",
         ),
         (["training.loss.terms=[{name: mae}]"], r"'training.loss': terms are read only with name: combined"),
-        (["training.loss.name=l1"], r"'training.loss.name' = 'l1': Input should be 'mse', 'mae', 'huber' or"),
+        (
+            ["training.loss.name=l1"],
+            r"'training.loss.name' = 'l1': Input should be 'mse', 'mae', 'huber', 'combined', 'crps' or 'afcrps'",
+        ),
         (["training.loss.huber_delta=0"], r"'training.loss.huber_delta' = 0"),
         (["training.scalers.pressure_level.kind=cubic"], r"'training.scalers.pressure_level.kind' = 'cubic'"),
         (["training.scalers.tendency.kind=var"], r"'training.scalers.tendency.kind' = 'var'"),

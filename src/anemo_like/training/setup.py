@@ -354,12 +354,12 @@ def log_run(run: Run) -> None:
     if placement.launch.world_size > 1 and placement.is_main:
         lr = config.training.optimizer.lr_scaling
         LOG.info(
-            "%d ranks: %d data-parallel replica(s) of %d model instance(s) (ensemble members) of %d rank(s) "
-            "(encoder %s, processor %s, decoder %s sharding), samples read by groups of %d rank(s)%s",
+            "%d ranks: %d model instance(s) of %d rank(s)%s (encoder %s, processor %s, decoder %s sharding), "
+            "samples read by groups of %d rank(s)%s",
             placement.launch.world_size,
-            groups.dp_size,
-            groups.ensemble_size,
+            groups.dp_size * groups.ensemble_size,
             groups.model_size,
+            f", ensembles of {groups.ensemble_size} instances" if groups.ensemble_size > 1 else "",
             config.model.encoder.shard_strategy,
             config.model.processor.shard_strategy,
             config.model.decoder.shard_strategy,
