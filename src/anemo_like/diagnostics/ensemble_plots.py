@@ -67,3 +67,20 @@ def plot_spread_skill(
     axes.flat[0].legend(fontsize="small")
     fig.suptitle("spread and skill")
     _save(fig, path)
+
+
+def plot_ensemble_scores(
+    folder: Path,
+    *,
+    rank_histogram: np.ndarray,
+    spread: np.ndarray,
+    rmse: np.ndarray,
+    variables: list[str],
+    leads: list[str],
+    lead_index: int,
+) -> None:
+    """``rank_histogram.png`` at ``leads[lead_index]`` and ``spread_skill.png`` over every lead in ``folder``:
+    rank_histogram (L, V, M + 1), spread and ensemble-mean rmse (L, V)."""
+    histograms = folder / "rank_histogram.png"
+    plot_rank_histograms(histograms, rank_histogram, variables=variables, lead=leads[lead_index], lead_index=lead_index)
+    plot_spread_skill(folder / "spread_skill.png", spread, rmse, variables=variables, leads=leads)

@@ -11,20 +11,8 @@ import numpy as np
 from anemo_like.inference.scores import format_score, json_score
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
 
-RANK_PLOT, SPREAD_PLOT = "rank_histogram.png", "spread_skill.png"
 # verification.json key -> EnsembleScoreSums.as_arrays() name
 JSON_KEYS = {"crps": "crps", "ens_rmse": "ensemble_mean_rmse", "spread": "spread", "ssr": "spread_skill"}
-
-
-def ensemble_sums(*, num_leads: int, num_variables: int, members: int) -> EnsembleScoreSums:
-    """Empty sums of ``members`` members (rank ties broken with a fixed seed: the scores are reproducible)."""
-    return EnsembleScoreSums.zeros(num_leads=num_leads, num_variables=num_variables, num_members=members)
-
-
-def mean_one(area_weight: np.ndarray) -> np.ndarray:
-    """``area_weight`` (G,) scaled to mean 1, float64, as :meth:`EnsembleScoreSums.add` takes it."""
-    weight = np.asarray(area_weight, np.float64)
-    return weight / weight.mean()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +50,7 @@ class EnsembleVerification:
 
     def plot(self, folder: Path, *, variables: list[str], leads: list[str], lead_index: int) -> None:
         """rank_histogram.png (at ``leads[lead_index]``) and spread_skill.png (every scored lead) in ``folder``."""
-        from anemo_like.diagnostics.ensemble_plots import plot_rank_histograms, plot_spread_skill  # matplotlib
+        from anemo_like.diagnostics.ensemble_plots import plot_ensemble_scores  # matplotlib
 
-        plot_rank_histograms(
-            folder / RANK_PLOT, self.rank_histogram, variables=variables, lead=leads[lead_index], lead_index=lead_index
-        )
-        plot_spread_skill(folder / SPREAD_PLOT, self.spread, self.ensemble_mean_rmse, variables=variables, leads=leads)
+        scores = {"rank_histogram": self.rank_histogram, "spread": self.spread, "rmse": self.ensemble_mean_rmse}
+        plot_ensemble_scores(folder, **scores, variables=variables, leads=leads, lead_index=lead_index)

@@ -15,9 +15,10 @@ from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
-from anemo_like.inference.ensemble_verification import EnsembleVerification, ensemble_sums, mean_one
+from anemo_like.inference.ensemble_verification import EnsembleVerification
 from anemo_like.inference.output import open_forecast
 from anemo_like.inference.scores import ErrorSums, Verification
+from anemo_like.training.ensemble_scores import EnsembleScoreSums
 
 LOG = logging.getLogger(__name__)
 TABLE, JSON_SCORES = "verification.md", "verification.json"
@@ -96,8 +97,8 @@ class _Sums:
         kinds = ["model", "persistence", *([] if request.climatology is None else ["climatology"])]
         shape = {"num_leads": num_leads, "num_variables": len(request.variables)}
         self.errors = {kind: ErrorSums(weight=request.area_weight, **shape) for kind in kinds}
-        self.ensemble = ensemble_sums(**shape, members=members) if members > 1 else None
-        self.weight = mean_one(request.area_weight)  # (G,)
+        self.ensemble = EnsembleScoreSums.zeros(**shape, num_members=members) if members > 1 else None
+        self.weight = request.area_weight  # (G,)
         self.climatology = request.climatology
 
     def add(self, lead: int, members: np.ndarray, truth: np.ndarray, initial: np.ndarray) -> None:

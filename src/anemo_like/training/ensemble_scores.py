@@ -44,7 +44,8 @@ class EnsembleScoreSums:
         self, lead: int, members: np.ndarray | Tensor, target: np.ndarray | Tensor, area_weight: np.ndarray | Tensor
     ) -> None:
         """Accumulate one batch at lead index ``lead``: members (B, M, G, V) and target (B, G, V) in physical units,
-        area_weight (G,) normalised to mean 1. Computed in float64 on the device of ``members``."""
+        area_weight (G,) any positive node weights (every score is a weighted mean: only their ratios count).
+        Computed in float64 on the device of ``members``."""
         x = torch.as_tensor(members).detach().to(torch.float64)
         y = torch.as_tensor(target).to(device=x.device, dtype=torch.float64)
         area = torch.as_tensor(area_weight).to(device=x.device, dtype=torch.float64)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from anemo_like.checkpoints.inference import save_inference_checkpoint
-from anemo_like.diagnostics.ensemble_plots import plot_rank_histograms, plot_spread_skill
+from anemo_like.diagnostics.ensemble_plots import plot_ensemble_scores
 from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
 from anemo_like.models.rollout import rollout
 from anemo_like.runtime.process_memory import peak_rss_mib
@@ -84,12 +84,14 @@ def write_plots(run: Run, result: ValidationResult, metrics: MetricsLog, sample:
 def write_ensemble_plots(folder: Path, sums: EnsembleScoreSums, *, variables: list[str], leads: list[str]) -> None:
     """``rank_histogram.png`` (the last lead) and ``spread_skill.png`` (every lead) of an ensemble's scores."""
     scores = sums.as_arrays()
-    last = len(leads) - 1
-    plot_rank_histograms(
-        folder / "rank_histogram.png", scores["rank_histogram"], variables=variables, lead=leads[last], lead_index=last
-    )
-    plot_spread_skill(
-        folder / "spread_skill.png", scores["spread"], scores["ensemble_mean_rmse"], variables=variables, leads=leads
+    plot_ensemble_scores(
+        folder,
+        rank_histogram=scores["rank_histogram"],
+        spread=scores["spread"],
+        rmse=scores["ensemble_mean_rmse"],
+        variables=variables,
+        leads=leads,
+        lead_index=len(leads) - 1,
     )
 
 

@@ -106,7 +106,6 @@ class _ErrorSums:
         self, scoring: Scoring, *, steps: int, num_prognostic: int, device: torch.device, members: int = 1
     ) -> None:
         self.steps, self.num_prognostic, self.loss_fn = steps, num_prognostic, scoring.loss_fn
-        self.area = (scoring.area_weight / scoring.area_weight.mean()).to(device)
         self.ensemble = None
         if members > 1:
             self.ensemble = EnsembleScoreSums.zeros(
@@ -131,7 +130,7 @@ class _ErrorSums:
         p = self.num_prognostic
         self.loss += self.loss_fn(prediction, target) * target.shape[0] / self.steps
         if self.ensemble is not None:
-            self.ensemble.add(step, prediction.double() * self.scale, target.double() * self.scale, self.area)
+            self.ensemble.add(step, prediction.double() * self.scale, target.double() * self.scale, self.weight)
             prediction = prediction.mean(1)
         valid = target.isfinite()
         err = torch.where(valid, prediction - target, 0.0).double() * self.scale
