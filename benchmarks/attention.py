@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from step_time import cpu_time_s, grid_coordinates  # benchmarks/step_time.py
+from step_measures import cpu_time_s, grid_coordinates  # benchmarks/step_measures.py
 
 from anemo_like.config.schema import CompileEntry, ModelConfig
 from anemo_like.diagnostics.live_tensors import LiveTensorTracker

@@ -39,6 +39,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from step_measures import profile_summary  # benchmarks/step_measures.py
+
 REPO = Path(__file__).resolve().parents[1]
 WHEELS_LIST = Path(__file__).resolve().with_name("gpu_anchor_wheels.txt")
 GRAPH_FORMAT = "gpu_anchor_graph/1"
@@ -49,8 +51,19 @@ CASES: dict[str, dict[str, Any]] = {
     "R": {"grid": "96x192", "mesh_res": 4, "channels": 256, "layers": 8, "processor": "graphtransformer"},
     "T": {"grid": "96x192", "mesh_res": 4, "channels": 256, "layers": 8, "processor": "transformer"},
     "O96": {"grid": "144x280", "mesh_res": 5, "channels": 256, "layers": 8, "processor": "graphtransformer"},
+    # anemoi's default model (1024 channels, 16 layers, processor chunks 2) on O96's graph, 100 variables, AdamW
+    "D": {
+        "graph": "O96",
+        "channels": 1024,
+        "layers": 16,
+        "processor": "graphtransformer",
+        "num_vars": 100,
+        "num_chunks_processor": 2,
+        "optim": "adamw",
+    },
 }
-"""Per case: graph recipe (grid, mesh_res, processor) and model size; heads 16, 8 variables, multistep 2 for all."""
+"""Per case: graph recipe (grid, mesh_res, processor; or ``graph``: the case whose graph it shares) and model size;
+heads 16 and multistep 2 for all, 8 variables, 4 processor chunks and no optimiser step unless the case says."""
 
 # graph recipe of run.py (anemoi-training config/graph/multi_scale.yaml)
 CUTOFF_FACTOR = 0.6
@@ -233,7 +246,7 @@ def build_graphs(directory: Path, cases: list[str]) -> None:
     logging.getLogger("anemoi.graphs").setLevel(logging.ERROR)  # torch-cluster advice, once per edge set
     directory.mkdir(parents=True, exist_ok=True)
     total = 0
-    for case in cases:
+    for case in (c for c in cases if "graph" not in CASES[c]):  # a shared graph is built under its own case
         spec = CASES[case]
         recipe = {
             "grid": spec["grid"],
@@ -467,7 +480,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(args.seed)
 
-    graph_path = Path(args.graph or Path(args.graphs_dir) / f"{args.case}.pt")
+    graph_path = Path(args.graph or Path(args.graphs_dir) / f"{CASES[args.case].get('graph', args.case)}.pt")
     graph, raw = load_graph(graph_path)
     if raw["recipe"]["processor_edges"] != (args.processor == "graphtransformer"):
         raise SystemExit(f"{graph_path} was built for the other processor kind than --processor {args.processor}")
@@ -486,6 +499,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     x = {"data": torch.randn(args.batch, args.multistep, 1, grid, nv_in, generator=gen).to(device)}
     y = torch.randn(args.batch, args.n_step_output, 1, grid, nv_out, generator=gen).to(device)
     autocast_dtype = torch.bfloat16 if args.precision == "bf16-mixed" else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
 
     def step() -> tuple[float, float, float]:
         """One forward + backward; returns (forward s, backward s, loss)."""
@@ -502,6 +516,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         else:
             tb = time.perf_counter()
         loss.backward()
+        if optimizer is not None:
+            optimizer.step()
         if cuda:
             events[2].record()
             events[2].synchronize()
@@ -531,8 +547,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         tot.append(f + b)
         losses.append(loss)
 
+    profiled = profile_summary(torch, step, args.profile_steps) if args.profile_steps else None
     backends = attention_backends(model)
     result: dict[str, Any] = {
+        "profile": profiled,
         "system": "anemoi",
         "case": args.case,
         "precision": args.precision,
@@ -624,6 +642,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--batch", type=int, default=1)
     g.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps (torch.profiler)")
     g.add_argument("--label", default="")
     g.add_argument("--out", default="", help="also append the JSON line to this file")
     g.add_argument("--verbose", action="store_true", help="anemoi INFO logging and warnings on stderr")
@@ -632,12 +651,13 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--channels", type=int, default=None)
     m.add_argument("--layers", type=int, default=None)
     m.add_argument("--heads", type=int, default=16)
-    m.add_argument("--num-vars", type=int, default=8)
+    m.add_argument("--num-vars", type=int, default=None, help="default: the case's, else 8")
     m.add_argument("--multistep", type=int, default=2)
     m.add_argument("--n-step-output", type=int, default=1)
     m.add_argument("--mlp-hidden-ratio", type=float, default=4.0)
     m.add_argument("--num-chunks-mapper", type=int, default=4)
-    m.add_argument("--num-chunks-processor", type=int, default=4)
+    m.add_argument("--num-chunks-processor", type=int, default=None, help="default: the case's, else 4")
+    m.add_argument("--optim", choices=["none", "adamw"], default=None, help="default: the case's, else none")
     m.add_argument("--no-grad-checkpointing", action="store_true")
     m.add_argument(
         "--attention-implementation",
@@ -653,6 +673,9 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.processor = spec["processor"]
     a.channels = a.channels or spec["channels"]
     a.layers = a.layers or spec["layers"]
+    a.num_vars = a.num_vars or spec.get("num_vars", 8)
+    a.num_chunks_processor = a.num_chunks_processor or spec.get("num_chunks_processor", 4)
+    a.optim = a.optim or spec.get("optim", "none")
     if a.layers % a.num_chunks_processor:
         p.error(f"--num-chunks-processor ({a.num_chunks_processor}) must divide --layers ({a.layers})")
     if a.channels % a.heads:

@@ -44,20 +44,37 @@ REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 ANCHOR_SCRIPT = BENCHMARKS / "gpu_anchor.py"
 ANCHOR_PINS = BENCHMARKS / "gpu_anchor_wheels.txt"
-ANCHOR_CASES = ("R", "T", "O96")
+ANCHOR_CASES = ("R", "T", "O96", "D")
 JUNIT = "gpu_tests.xml"
 
-GPU_CASES = {**CASES, "O96": ["--grid", "144x280", "--mesh-res", "5", *CASES["R"][4:]]}
-"""step_time.py flags per case: compare_anchor's R, T and S, and an O96-class grid (144 x 280 = 40,320 points, like
-O96's; 10,242 mesh nodes) at R's model size, as in gpu_anchor.py."""
+O96_GRID = ["--grid", "144x280", "--mesh-res", "5"]
+D_MODEL = ["--channels", "1024", "--layers", "16", "--heads", "16", "--num-vars", "100", "--multistep", "2"]
+D_MODEL += ["--num-chunks-processor", "2", "--optim", "adamw"]
+GPU_CASES = {
+    **CASES,
+    "O96": [*O96_GRID, *CASES["R"][4:]],
+    "D": [*O96_GRID, *D_MODEL],
+    "D-planned": [*O96_GRID, *D_MODEL, "--memory-budget-gb", "64"],
+    "O320-AIFS": ["--grid", "O320", "--mesh-res", "6", *D_MODEL, "--memory-budget-gb", "64"],
+    "D-infer": [*O96_GRID, *D_MODEL, "--mode", "infer", "--optim", "none"],
+}
+"""step_time.py flags per case (after CHUNKS, so a case's own chunk flags win): compare_anchor's R, T and S; an
+O96-class grid (144 x 280 = 40,320 points, like O96's; 10,242 mesh nodes) at R's model size, as in gpu_anchor.py;
+D, anemoi's default model on it (1024 channels, 16 layers, processor chunks 2, 100 variables, AdamW step);
+D-planned, the same with chunks and recomputation planned for an 80 GB card (64 GB, 80 % of it); O320-AIFS, the D
+model on O320 (421,120 points) with mesh resolution 6 (40,962 nodes), planned for the same card; D-infer, D's forward
+without gradients (inference)."""
 CHUNKS = ["--num-chunks-mapper", "4", "--num-chunks-processor", "4"]
 """compare_anchor's chunking (4 mapper and 4 processor chunks, activation checkpointing on) for every case."""
 RUNS = [
+    ("D", "triton", "bf16-mixed"),
     ("R", "triton", "bf16-mixed"),
     ("R", "torch", "bf16-mixed"),
     ("T", "triton", "bf16-mixed"),
     ("O96", "triton", "bf16-mixed"),
     ("S", "triton", "bf16-mixed"),
+    ("D-planned", "triton", "bf16-mixed"),
+    ("O320-AIFS", "triton", "bf16-mixed"),
 ]
 """(case, graph-attention backend, precision) of the step-time runs the targets need, most important first (the
 budget may end them)."""
@@ -66,6 +83,8 @@ MORE_RUNS = [
     ("R", "torch", "32"),
     ("T", "triton", "32"),
     ("O96", "triton", "32"),
+    ("D", "triton", "32"),
+    ("D-infer", "triton", "bf16-mixed"),
     ("S", "torch", "bf16-mixed"),
     ("S", "reference", "32"),
     ("O96", "torch", "bf16-mixed"),
@@ -273,7 +292,7 @@ def step_time_runs(kit: Kit, section: Section, runs: list[tuple[str, str, str]])
     rows, failures = [], []
     section.data = {"runs": rows}
     for case, backend, precision in runs:
-        flags = TINY if case == "tiny" else GPU_CASES[case] + CHUNKS
+        flags = TINY if case == "tiny" else CHUNKS + GPU_CASES[case]
         flags = [*flags, *steps, "--device", kit.device, "--graph-attention-backend", backend, "--precision", precision]
         row = {"case": case, "backend": backend, "precision": precision, "flags": flags}
         rows.append(row)

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from step_time import cpu_time_s, grid_coordinates  # benchmarks/step_time.py
+from step_measures import cpu_time_s, grid_coordinates  # benchmarks/step_measures.py
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.diagnostics.live_tensors import LiveTensorTracker

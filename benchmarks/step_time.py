@@ -20,120 +20,30 @@ import json
 import math
 import os
 import platform
-import resource
 import statistics
 import time
+
+from step_measures import (  # benchmarks/step_measures.py
+    CudaClock,
+    WallClock,
+    calibrate_matmul,
+    count_step_flops,
+    count_step_ops,
+    cpu_time_s,
+    cuda_memory_before_steps,
+    cuda_memory_of_steps,
+    graph_summary,
+    grid_coordinates,
+    machine_load,
+    profile_summary,
+    tensor_peaks,
+    use_triton_stand_in,
+)
 
 HARNESS_VERSION = 1
 COMPONENTS = ("encoder", "processor", "decoder")
 REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
 """The reference model size of the memory and speed issues, as flags of this script."""
-
-
-def cpu_time_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def machine_load() -> dict:
-    """Load average and CPU pressure: the machine may be shared."""
-    load = {"loadavg_1m": round(os.getloadavg()[0], 2)}
-    try:
-        with open("/proc/pressure/cpu") as f:
-            load["cpu_pressure_some_avg10"] = float(f.readline().split()[1].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return load
-
-
-def calibrate_matmul(torch, n: int = 1024, reps: int = 8) -> float:
-    """GFLOP/s of an fp32 n x n matmul: a machine-speed yardstick recorded beside each result."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
-
-
-def count_step_flops(torch, step) -> int:
-    """Matrix-multiply FLOPs of one ``step()``, in-place ``addmm_`` (weight-gradient accumulation) included."""
-    from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
-
-    if torch.ops.aten.addmm_ not in torch.utils.flop_counter.flop_registry:
-
-        @register_flop_formula(torch.ops.aten.addmm_)
-        def _addmm_inplace(acc_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
-            return 2 * a_shape[0] * a_shape[1] * b_shape[1]
-
-    with FlopCounterMode(display=False) as counter:
-        step()
-    return counter.get_total_flops()
-
-
-class WallClock:
-    """A host time stamp."""
-
-    def __init__(self) -> None:
-        self.at = time.perf_counter()
-
-    def seconds_since(self, earlier: WallClock) -> float:
-        return self.at - earlier.at
-
-
-class CudaClock:
-    """A CUDA event recorded on the current stream: differences are GPU time, read once the later event is done."""
-
-    def __init__(self, torch) -> None:
-        self.event = torch.cuda.Event(enable_timing=True)
-        self.event.record()
-
-    def seconds_since(self, earlier: CudaClock) -> float:
-        self.event.synchronize()
-        return earlier.event.elapsed_time(self.event) / 1e3
-
-
-def cuda_memory_before_steps(torch, device) -> int | None:
-    """Bytes allocated on ``device`` before the timed steps, with its peak counter reset (None off CUDA)."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
-def cuda_memory_of_steps(torch, device, before: int | None) -> dict:
-    """Peak allocated over the timed steps, in MiB: absolute and above ``before`` (no fields off CUDA)."""
-    if before is None:
-        return {}
-    peak = torch.cuda.max_memory_allocated(device)
-    return {
-        "peak_mem_mib": round(peak / 2**20, 1),
-        "peak_mem_steps_delta_mib": round((peak - before) / 2**20, 1),
-        "gpu_name": torch.cuda.get_device_name(device),
-        "cuda_memory_source": "torch.cuda.max_memory_allocated over the timed steps, reset after the warm-up",
-    }
-
-
-def grid_coordinates(spec: str):
-    """'O<N>' -> octahedral reduced Gaussian grid; 'NLATxNLON' -> cell-centred regular lat/lon grid; 'N' -> N
-    Fibonacci-sphere points. Degrees."""
-    import numpy as np
-
-    if spec.upper().startswith("O"):
-        from anemo_like.data.grids import octahedral_grid
-
-        grid = octahedral_grid(int(spec[1:]))
-        return "octahedral", grid.latitudes, grid.longitudes
-    if "x" in spec:
-        nlat, nlon = (int(s) for s in spec.lower().split("x", 1))
-        lats = -90.0 + (np.arange(nlat) + 0.5) * 180.0 / nlat
-        lons = np.arange(nlon) * 360.0 / nlon
-        lat2, lon2 = np.meshgrid(lats, lons, indexing="ij")
-        return "latlon", lat2.ravel(), lon2.ravel()
-    n = int(spec)
-    i = np.arange(n) + 0.5
-    return "fibonacci", np.degrees(np.arcsin(1.0 - 2.0 * i / n)), np.mod(np.degrees(np.pi * (1 + 5**0.5) * i), 360.0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -157,6 +67,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--num-chunks-processor", type=int, default=None, help="default: 4 if it divides --layers, else 1")
     m.add_argument("--no-grad-checkpointing", action="store_true")
     m.add_argument("--graph-attention-backend", choices=["torch", "reference", "triton"], default="torch")
+    m.add_argument(
+        "--block-elements",
+        default="auto",
+        help="model.block_elements: elements of one scratch block (auto: 2^18 on CPU, 2^24 on a GPU)",
+    )
     m.add_argument("--window-size", type=int, default=512, help="transformer processor half window")
     m.add_argument("--node-trainable", type=int, default=8)
     m.add_argument("--edge-trainable", type=int, default=8)
@@ -197,6 +112,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after the timed steps, count the matmul FLOPs of one more step (torch.utils.flop_counter)",
     )
     r.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="after the timed steps, count the aten operators one more step dispatches and its host syncs (the "
+        "harness's own loss read left out)",
+    )
+    r.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps (torch.profiler)")
+    r.add_argument(
+        "--triton-stand-in",
+        action="store_true",
+        help="on CPU, run the triton backend's custom ops as their shape-only stand-ins (zeros): its host-side "
+        "operators can then be counted without a GPU; times and losses mean nothing",
+    )
+    r.add_argument(
         "--memory-budget-gb",
         type=float,
         default=None,
@@ -213,22 +141,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def graph_summary(graph) -> dict:
-    def edges(kind: tuple[str, str, str]) -> int:
-        return int(graph[kind].edge_index.shape[1]) if kind in graph.edge_types else 0
-
-    return {
-        "data_nodes": int(graph["data"].num_nodes),
-        "hidden_nodes": int(graph["hidden"].num_nodes),
-        "edges_data2hidden": edges(("data", "to", "hidden")),
-        "edges_hidden2hidden": edges(("hidden", "to", "hidden")),
-        "edges_hidden2data": edges(("hidden", "to", "data")),
-        "edge_attr_dim": int(graph[("data", "to", "hidden")].edge_attr.shape[1]),
-    }
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.triton_stand_in:
+        os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported: the kernels' device check passes on CPU
     start_import = time.perf_counter()
     import numpy as np
     import torch
@@ -243,6 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
     from anemo_like.runtime.process_memory import current_rss_mib, peak_rss_mib, reset_peak_rss
 
     time_import = time.perf_counter() - start_import
+    if args.triton_stand_in:
+        use_triton_stand_in(torch)
     rss_after_import = current_rss_mib()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -278,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         mlp_hidden_ratio=args.mlp_hidden_ratio,
         trainable={"nodes": args.node_trainable, "edges": args.edge_trainable},
         graph_attention_backend=args.graph_attention_backend,
+        block_elements=args.block_elements if args.block_elements == "auto" else int(args.block_elements),
         encoder={"num_chunks": mapper_chunks, "gradient_checkpointing": recompute},
         decoder={"num_chunks": mapper_chunks, "gradient_checkpointing": recompute},
         processor={
@@ -303,7 +222,12 @@ def main(argv: list[str] | None = None) -> dict:
         num_parameters = count_parameters(model_config, graph, layout, args.multistep)
         budget = int(args.memory_budget_gb * 2**30)
         model_config, plan = resolve_auto_settings(
-            model_config, graph=graph, batch_size=args.batch, num_parameters=num_parameters, budget_bytes=budget
+            model_config,
+            graph=graph,
+            batch_size=args.batch,
+            num_parameters=num_parameters,
+            budget_bytes=budget,
+            device=device,
         )
         memory_plan = {
             "budget_mib": round(budget / 2**20, 1),
@@ -330,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
     def clock() -> WallClock | CudaClock:
         return CudaClock(torch) if device.type == "cuda" else WallClock()
 
-    def step() -> tuple[float, float, float, float]:
+    def step(read_loss: bool = True) -> tuple[float, float, float, float]:
         cpu_start, start = cpu_time_s(), clock()
         with torch.set_grad_enabled(args.mode == "train"), precision.autocast():
             loss = torch.nn.functional.mse_loss(model(x).float(), y)
@@ -340,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
         if optimizer is not None:
             optimizer.step()
         end = clock()
-        loss_value = float(loss.detach())  # waits for the device
+        loss_value = float(loss.detach()) if read_loss else math.nan  # waits for the device
         cpu_end = cpu_time_s()
         model.zero_grad(set_to_none=True)
         return mid.seconds_since(start), end.seconds_since(mid), cpu_end - cpu_start, loss_value
@@ -364,21 +288,10 @@ def main(argv: list[str] | None = None) -> dict:
         losses.append(loss)
     peak_steps = peak_rss_mib()
     cuda_memory = cuda_memory_of_steps(torch, device, cuda_before_steps)
-    live_tensor_peak = tensor_peak = None
-    if args.live_tensors:
-        from anemo_like.diagnostics.live_tensors import LiveTensorTracker
-        from anemo_like.models.ops import workspace
-
-        with LiveTensorTracker() as tracker:
-            step()
-        live_tensor_peak = tracker.peak_mib
-        # tensors that outlive a step (weights, optimizer moments) were created before it: the tracker misses them
-        held = [*model.parameters(), *model.buffers()]
-        if optimizer is not None:
-            held += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
-        held_bytes = sum(t.untyped_storage().nbytes() for t in held) + workspace.held_bytes()
-        tensor_peak = live_tensor_peak + held_bytes / 2**20
+    live_tensor_peak, tensor_peak = tensor_peaks(torch, step, model, optimizer) if args.live_tensors else (None, None)
     step_flops = count_step_flops(torch, step) if args.count_flops else None
+    ops = count_step_ops(lambda: step(read_loss=False)) if args.count_ops else None
+    profiled = profile_summary(torch, step, args.profile_steps) if args.profile_steps else None
     load_after = machine_load()
     calib_after = calibrate_matmul(torch)
 
@@ -431,6 +344,8 @@ def main(argv: list[str] | None = None) -> dict:
             "seed": args.seed,
             "window_size": args.window_size if args.processor == "transformer" else None,
             "graph_attention_backend": args.graph_attention_backend,
+            "block_elements": args.block_elements,
+            "triton_stand_in": args.triton_stand_in,
             "mode": args.mode,
             "device": args.device,
             "release_cpu_heap_mib": args.release_cpu_heap_mib if heap_release else None,
@@ -466,6 +381,8 @@ def main(argv: list[str] | None = None) -> dict:
         "tensor_peak_mib": mib(tensor_peak),
         "memory_plan": memory_plan,
         "step_gflop": None if step_flops is None else round(step_flops / 1e9, 4),
+        "ops": ops,
+        "profile": profiled,
         "peak_reset_per_phase": peak_reset,
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
         **cuda_memory,

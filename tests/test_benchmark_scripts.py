@@ -149,3 +149,29 @@ def test_ensemble_skill_reads_verification_files_and_checks_each_target(monkeypa
     assert not targets(rows, wall_s=91 * 60.0)["within_90_minutes"]
     failing = targets(table(deterministic, stage(crps=1.4, ens_rmse=2.2, spread=1.0, ssr=0.5)), wall_s=60.0)
     assert not any(failing[key] for key in failing if key != "within_90_minutes")
+
+
+def test_host_overhead_counts_ops_per_step_and_per_layer() -> None:
+    command = [sys.executable, str(BENCHMARKS / "host_overhead.py"), "--cases", "S", "--paths", "triton"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = done.stdout.strip().splitlines()
+    report = json.loads(line)
+    assert (report["case"], report["path"], report["syncs_per_step"]) == ("S", "triton", 0)
+    assert 0 < 4 * report["ops_per_layer"] < report["ops_per_step"]
+    assert report["top_ops"]["aten.detach.default"] > 0
+
+
+def test_gpu_profile_dry_run_summarises_each_run(tmp_path) -> None:
+    """On CPU: our run is profiled (host events, no kernels); the anchor's row says its graph is missing."""
+    wheels = tmp_path / "wheels"
+    command = [sys.executable, str(BENCHMARKS / "gpu_profile.py"), "--out", str(tmp_path), "--device", "cpu"]
+    done = subprocess.run(
+        [*command, "--cases", "S", "--steps", "1", "--wheels", str(wheels)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours, anchor = (json.loads(line) for line in done.stdout.strip().splitlines())
+    assert ours["system"] == "anemo_like" and ours["profile"]["host_aten_events_per_step"] > 1000
+    assert ours["profile"]["kernels_per_step"] == 0 and ours["profile"]["gpu_idle_fraction"] is None
+    assert anchor["system"] == "anemoi-models" and "no anchor graph" in anchor["skipped"]
+    assert "| S | anemo_like |" in (tmp_path / "gpu_profile.md").read_text()

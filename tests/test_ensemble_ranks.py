@@ -110,9 +110,13 @@ def check_layout(check: Checks, graph, rank: int, world: int, layout: tuple[int,
     expected = losses[groups.dp_rank]
     check.close(f"{name} loss", loss.detach(), expected, atol=1e-5 * float(expected.abs()))
     check.true(f"{name} members differ", bool(losses[0] > 0))
+    # The members' losses and gradients are summed over ranks in another order than on one rank, and a gradient
+    # whose entries cancel (the key bias: the softmax is shift-invariant; the noise embedding and the modulations,
+    # summed over members of opposite sign) holds the rounding of the larger terms: every scale is floored at 1/10
+    # of the largest gradient entry (on an AMD EPYC, heads layout: differences up to 2e-7 of that entry, in fp32).
     floor = 0.1 * max(float(g.abs().max()) for g in reference.values())
     for key, parameter in sharded.named_parameters():
-        scale = max(float(reference[key].abs().max()), floor if "lin_key.bias" in key else 0.0)
+        scale = max(float(reference[key].abs().max()), floor)
         check.close(f"{name} grad {key}", parameter.grad, reference[key], atol=1e-5 * scale)
 
 

@@ -92,13 +92,13 @@ def test_torch_backend_in_blocks_equals_reference(min_blocks: int) -> None:
         torch.testing.assert_close(got, want)
 
 
-def test_block_size_bound_follows_tensor_shape(monkeypatch) -> None:
+def test_block_size_bound_follows_tensor_shape() -> None:
     """With a tiny element budget every block is small; a destination with more edges than the bound stays whole."""
-    monkeypatch.setattr(graph_attention, "BLOCK_ELEMENTS", 2 * 3 * 5 * 4)  # 4 edges per block at B=2, H=3, C=5
+    elements = 2 * 3 * 5 * 4  # 4 edges per block at B=2, H=3, C=5
     tensors, edge_index = random_problem(6, num_dst=9, edges=40)
     edges = SortedEdges(edge_index, 9)
-    out = graph_attention.graph_attention_torch(*tensors, edges)
-    assert graph_attention.edges_per_block(2, 3, 5) == 4
+    out = graph_attention.graph_attention_torch(*tensors, edges, block_elements=elements)
+    assert graph_attention.edges_per_block(2, 3, 5, elements) == 4
     blocks = edges.blocks(4, 1)
     counts = torch.bincount(edge_index[1], minlength=9)
     for block in blocks:

@@ -15,9 +15,9 @@ from test_model import LAYOUT, make_model
 from anemo_like.config.schema import ModelConfig
 from anemo_like.diagnostics.live_tensors import LiveTensorTracker
 from anemo_like.models import ForecastModel, mlp
-from anemo_like.models.ops import graph_attention
+from anemo_like.models.ops import workspace
 from anemo_like.runtime.heap_release import _glibc, free_heap_bytes, maybe_release_heap, set_heap_release
-from anemo_like.runtime.memory_model import activation_peak_bytes, component_models, static_bytes
+from anemo_like.runtime.memory_model import SCRATCH_BLOCKS, activation_peak_bytes, component_models, static_bytes
 from anemo_like.runtime.memory_plan import (
     apply_validation_chunks,
     choose_plan,
@@ -28,14 +28,16 @@ from anemo_like.runtime.memory_plan import (
 from anemo_like.runtime.process_memory import current_rss_mib
 
 COMPONENTS = ("encoder", "processor", "decoder")
+CPU = torch.device("cpu")
 
 
-def run_model(graph, chunks: dict[str, int | bool]):
+def run_model(graph, chunks: dict[str, int | bool], **overrides):
     """Outputs of encoder, processor and decoder, and every parameter gradient, of one fp32 training step
-    (``chunks["checkpointing"]``: recomputation, default on)."""
+    (``chunks["checkpointing"]``: recomputation, default on; ``overrides``: other model config keys)."""
     recompute = chunks.get("checkpointing", True)
     model = make_model(
         graph,
+        **overrides,
         encoder={"num_chunks": chunks.get("encoder", 1), "gradient_checkpointing": recompute},
         decoder={"num_chunks": chunks.get("decoder", 1), "gradient_checkpointing": recompute},
         processor={"num_layers": 8, "num_chunks": chunks.get("processor", 1), "gradient_checkpointing": recompute},
@@ -78,18 +80,35 @@ def test_chunked_component_equals_unchunked_fp32(small_graph, unchunked, compone
 
 
 @pytest.mark.equivalence
-def test_small_kernel_blocks_equal_one_block(small_graph, unchunked, monkeypatch) -> None:
+def test_small_kernel_blocks_equal_one_block(small_graph, unchunked) -> None:
     """Attention over many edge blocks and the MLP over many row blocks give the one-block numbers."""
-    monkeypatch.setattr(graph_attention, "BLOCK_ELEMENTS", 2 * 16 * 8)  # 8 edges per block at B=2, C=16
-    monkeypatch.setattr(mlp, "ROW_BLOCK_ELEMENTS", 64 * 5)  # 5 rows per block, hidden 64
-    assert_same_step(run_model(small_graph, {"encoder": 2, "decoder": 4, "processor": 3}), unchunked)
+    chunks = {"encoder": 2, "decoder": 4, "processor": 3}
+    # 8 edges per block at B=2, C=16; 4 rows per block, hidden 64
+    assert_same_step(run_model(small_graph, chunks, block_elements=2 * 16 * 8), unchunked)
+
+
+def test_block_elements_default_per_device_and_its_memory_is_planned(medium_graph) -> None:
+    """auto: cache-sized blocks on CPU, large ones on a GPU; the plan counts the scratch of the device's blocks."""
+    assert workspace.resolve_block_elements(None, torch.device("cpu")) == workspace.CPU_BLOCK_ELEMENTS
+    assert workspace.resolve_block_elements(None, torch.device("cuda")) == workspace.GPU_BLOCK_ELEMENTS
+    assert workspace.resolve_block_elements(1 << 10, torch.device("cuda")) == 1 << 10
+    config = medium_config(encoder=2, decoder=2, processor=2)
+    params = count_parameters(config, medium_graph, LAYOUT, 2)
+
+    def peak(device: str, **overrides) -> int:
+        model_config = config.model_copy(update=overrides)
+        args = {"graph": medium_graph, "batch_size": 4, "num_parameters": params, "budget_bytes": 1 << 40}
+        return choose_plan(config=model_config, device=torch.device(device), **args).peak_bytes
+
+    blocks = workspace.GPU_BLOCK_ELEMENTS - workspace.CPU_BLOCK_ELEMENTS
+    assert peak("cuda") - peak("cpu") == 4 * SCRATCH_BLOCKS * blocks
+    assert peak("cuda", block_elements=workspace.CPU_BLOCK_ELEMENTS) == peak("cpu")
 
 
 @pytest.mark.equivalence
-def test_recomputed_mlp_equals_plain_mlp(monkeypatch) -> None:
-    monkeypatch.setattr(mlp, "ROW_BLOCK_ELEMENTS", 12 * 7)  # 7 rows per block; 30 rows: a short last block
+def test_recomputed_mlp_equals_plain_mlp() -> None:
     torch.manual_seed(0)
-    block = mlp.MLP(5, 12).double()
+    block = mlp.MLP(5, 12, block_elements=12 * 7).double()  # 7 rows per block; 30 rows: a short last block
     plain = torch.nn.Sequential(block.fc1, torch.nn.GELU(), block.fc2)
     x = torch.randn(2, 15, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(block, (x,))
@@ -131,10 +150,12 @@ def plan_settings(plan) -> dict[str, tuple[bool, int]]:
 def test_auto_picks_fewer_chunks_under_a_larger_budget(medium_graph) -> None:
     config = medium_config(encoder="auto", decoder="auto", processor="auto")
     params = count_parameters(config, medium_graph, LAYOUT, 2)
-    static = static_bytes(params)
+    static = static_bytes(params, workspace.CPU_BLOCK_ELEMENTS)
 
     def choose(budget: int) -> dict[str, int]:
-        plan = choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget)
+        plan = choose_plan(
+            config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget, device=CPU
+        )
         return {name: cost.num_chunks for name, cost in plan.components.items()}
 
     budgets = [static + extra for extra in (1 << 18, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30)]
@@ -143,7 +164,9 @@ def test_auto_picks_fewer_chunks_under_a_larger_budget(medium_graph) -> None:
         assert all(larger[name] <= smaller[name] for name in smaller), picks
     assert picks[-1] == {"encoder": 1, "processor": 1, "decoder": 1}
     assert picks[0]["decoder"] >= 4 and picks[0]["processor"] == 4
-    tight = choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=static)
+    tight = choose_plan(
+        config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=static, device=CPU
+    )
     assert not tight.fits, "nothing fits a budget without room for activations"
 
 
@@ -154,7 +177,9 @@ def test_plan_drops_recomputation_when_the_budget_allows(medium_graph) -> None:
     params = count_parameters(config, medium_graph, LAYOUT, 2)
 
     def choose(budget: int):
-        return choose_plan(config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget)
+        return choose_plan(
+            config=config, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=budget, device=CPU
+        )
 
     huge = choose(1 << 40)
     assert huge.fits and plan_settings(huge) == {name: (False, 1) for name in COMPONENTS}
@@ -162,7 +187,7 @@ def test_plan_drops_recomputation_when_the_budget_allows(medium_graph) -> None:
     assert not tiny.fits
     assert all(checkpointing for checkpointing, _ in plan_settings(tiny).values())
     assert plan_settings(tiny)["processor"] == (True, 4) and plan_settings(tiny)["decoder"][1] >= 4
-    static = static_bytes(params)
+    static = static_bytes(params, workspace.CPU_BLOCK_ELEMENTS)
     plans = [choose(static + extra) for extra in (2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20)]
     for smaller, larger in itertools.pairwise(plans):
         assert larger.work <= smaller.work
@@ -171,7 +196,9 @@ def test_plan_drops_recomputation_when_the_budget_allows(medium_graph) -> None:
     recomputed = [sum(c.checkpointing for c in plan.components.values()) for plan in plans]
     assert recomputed[0] > recomputed[-1] == 0, recomputed
     fixed = medium_config(True, encoder="auto", decoder="auto", processor="auto")
-    kept = choose_plan(config=fixed, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=1 << 40)
+    kept = choose_plan(
+        config=fixed, graph=medium_graph, batch_size=4, num_parameters=params, budget_bytes=1 << 40, device=CPU
+    )
     assert plan_settings(kept) == {name: (True, 1) for name in COMPONENTS}, "a fixed setting is kept"
 
 
@@ -182,7 +209,7 @@ def test_resolved_auto_settings_are_logged_and_required(medium_graph, caplog) ->
     params = count_parameters(config, medium_graph, LAYOUT, 2)
     with caplog.at_level(logging.INFO, logger="anemo_like.runtime.memory_plan"):
         resolved, plan = resolve_auto_settings(
-            config, graph=medium_graph, batch_size=2, num_parameters=params, budget_bytes=16 << 30
+            config, graph=medium_graph, batch_size=2, num_parameters=params, budget_bytes=16 << 30, device=CPU
         )
     assert resolved.encoder.num_chunks == 1 and resolved.processor.num_chunks == 2
     assert not resolved.encoder.gradient_checkpointing and not resolved.processor.gradient_checkpointing
@@ -206,7 +233,7 @@ def test_chosen_plan_computes_the_default_plans_numbers_fp32(small_graph, unchun
     params = count_parameters(config, small_graph, LAYOUT, 2)
     for budget in (1 << 40, 1):
         resolved, _ = resolve_auto_settings(
-            config, graph=small_graph, batch_size=2, num_parameters=params, budget_bytes=budget
+            config, graph=small_graph, batch_size=2, num_parameters=params, budget_bytes=budget, device=CPU
         )
         chunks = {name: getattr(resolved, name).num_chunks for name in COMPONENTS}
         recompute = resolved.encoder.gradient_checkpointing
@@ -284,12 +311,12 @@ def test_validation_gets_more_chunks_only_when_its_batch_needs_them(medium_graph
 
     def choose(budget: int) -> dict[str, tuple[int, int]]:
         return choose_validation_chunks(
-            config=config, graph=medium_graph, batch_size=8, num_parameters=params, budget_bytes=budget
+            config=config, graph=medium_graph, batch_size=8, num_parameters=params, budget_bytes=budget, device=CPU
         )
 
     spare = choose(1 << 30)
     assert {name: count for name, (count, _) in spare.items()} == {"encoder": 1, "decoder": 1}, "validation as training"
-    budget = static_bytes(params) + (20 << 20)
+    budget = static_bytes(params, workspace.CPU_BLOCK_ELEMENTS) + (20 << 20)
     tight = {name: count for name, (count, _) in choose(budget).items()}
     assert tight["decoder"] > 1 and all(peak <= budget for _, peak in choose(budget).values()), choose(budget)
     model = ForecastModel(config=config, graph=medium_graph, layout=LAYOUT, multistep=2)

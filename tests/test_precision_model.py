@@ -170,13 +170,12 @@ def test_graph_attention_under_autocast_close_to_fp32(backend: str, dtype: torch
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_mlp_under_autocast_close_to_fp32(monkeypatch, dtype: torch.dtype) -> None:
+def test_mlp_under_autocast_close_to_fp32(dtype: torch.dtype) -> None:
     """The row-blocked MLP (4 blocks) under autocast, backward inside the autocast region: output in the autocast
     dtype, input and parameter gradients in fp32 and near the fp32 ones (the weight gradients accumulate over the
     blocks in fp32)."""
-    monkeypatch.setattr(mlp, "ROW_BLOCK_ELEMENTS", 64 * 30)
     torch.manual_seed(0)
-    layer, x = mlp.MLP(16, 64), torch.randn(2, 60, 16)
+    layer, x = mlp.MLP(16, 64, block_elements=64 * 30), torch.randn(2, 60, 16)
 
     def run(autocast: bool):
         layer.zero_grad()

@@ -147,6 +147,13 @@ class ModelConfig(Strict):
     strict_backends: bool = Field(
         False, description="an attention backend that cannot run here is an error, not a fallback with a log line"
     )
+    block_elements: int | Literal["auto"] = Field(
+        "auto",
+        description="elements of one scratch block: the torch attention backend's per-edge tensors and the MLP's "
+        "hidden layer are made a block at a time (a power of two). Fewer, larger blocks dispatch "
+        "fewer operators (kernel launches on a GPU) and hold more memory; auto: 2^18 on CPU (cache-sized), 2^24 "
+        "on a GPU",
+    )
     encoder: MapperConfig = MapperConfig()
     decoder: MapperConfig = MapperConfig()
     processor: ProcessorConfig = ProcessorConfig()
@@ -159,6 +166,18 @@ class ModelConfig(Strict):
     compile_on_error: Literal["raise", "eager"] = Field(
         "raise", description="raise: a module that fails to compile stops the run; eager: warn and run it uncompiled"
     )
+
+    @field_validator("block_elements")
+    @classmethod
+    def _block_power_of_two(cls, v: int | str) -> int | str:
+        if v != "auto" and not is_power_of_two(v):
+            raise ValueError(f"must be a power of two (262144, 16777216, ...) or 'auto', got {v}")
+        return v
+
+    @property
+    def resolved_block_elements(self) -> int | None:
+        """``block_elements`` for the model's kernels: None for auto (each kernel picks its device's default)."""
+        return None if self.block_elements == "auto" else self.block_elements
 
     @model_validator(mode="after")
     def _heads_divide_channels(self) -> ModelConfig:

@@ -29,11 +29,14 @@ class GraphTransformerBlock(nn.Module):
         bipartite: bool,
         backend: str,
         conditional: bool = False,
+        block_elements: int | None = None,
     ) -> None:
         """``edge_dim``: features per edge; ``backend``: a key of ``GRAPH_ATTENTION_BACKENDS``; ``conditional``:
-        noise-conditioned LayerNorms (processor of an ensemble model, :mod:`anemo_like.models.noise`)."""
+        noise-conditioned LayerNorms (processor of an ensemble model, :mod:`anemo_like.models.noise`);
+        ``block_elements``: the attention's and the MLP's scratch blocks (``model.block_elements``, None: auto)."""
         super().__init__()
         self.num_heads = num_heads
+        self.block_elements = block_elements
         self.attention = GRAPH_ATTENTION_BACKENDS[backend]
         self.norm_dst = layer_norm(channels, conditional=conditional)
         self.norm_src = nn.LayerNorm(channels) if bipartite else None
@@ -45,7 +48,7 @@ class GraphTransformerBlock(nn.Module):
         self.projection = nn.Linear(channels, channels)
         hidden = int(channels * mlp_hidden_ratio + 0.5)
         self.norm_mlp = layer_norm(channels, conditional=conditional)
-        self.mlp = MLP(channels=channels, hidden=hidden)
+        self.mlp = MLP(channels=channels, hidden=hidden, block_elements=block_elements)
 
     def _heads(self, t: Tensor) -> Tensor:
         return t.unflatten(-1, (self.num_heads, -1))
@@ -78,7 +81,9 @@ class GraphTransformerBlock(nn.Module):
             k, v = heads.to_heads(torch.cat([k, v], dim=-1), source=True).chunk(2, dim=-1)
             rows = heads.head_rows(self.num_heads, q.shape[-1])
             weight, bias = weight[rows], bias[rows]
-        attended = self.attention(q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks)
+        attended = self.attention(
+            q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks, block_elements=self.block_elements
+        )
         if heads is not None:
             attended = heads.to_nodes(attended)
         out = x_dst + self.projection(attended.flatten(-2) + self.lin_self(h_dst))

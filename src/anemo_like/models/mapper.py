@@ -52,10 +52,11 @@ class GraphTransformerMapper(nn.Module):
         gradient_checkpointing: bool,
         backend: str,
         shard_strategy: ShardStrategy = "edges",
+        block_elements: int | None = None,
     ) -> None:
         """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A) describe the ``num_src`` ->
         ``num_dst`` edges; ``sources_sharded``: sources arrive as this rank's node block (decoder), not replicated
-        (encoder)."""
+        (encoder); ``block_elements``: the block's scratch blocks (None: the device's default)."""
         super().__init__()
         self.num_src, self.num_dst = num_src, num_dst
         self.sources_sharded = sources_sharded
@@ -76,6 +77,7 @@ class GraphTransformerMapper(nn.Module):
             mlp_hidden_ratio=mlp_hidden_ratio,
             bipartite=True,
             backend=backend,
+            block_elements=block_elements,
         )
         self.head = (
             nn.Sequential(nn.LayerNorm(channels), nn.Linear(channels, out_channels))
@@ -118,6 +120,7 @@ class GraphTransformerMapper(nn.Module):
             gradient_checkpointing=section.gradient_checkpointing,
             backend=config.graph_attention_backend,
             shard_strategy=section.shard_strategy,
+            block_elements=config.resolved_block_elements,
         )
 
     def _run_chunk(self, x_src: Tensor, x_dst: Tensor, chunk: DestinationChunk, edge_offset: int) -> Tensor:

@@ -73,9 +73,11 @@ class GraphTransformerProcessor(nn.Module):
         backend: str,
         shard_strategy: ShardStrategy = "edges",
         conditional: bool = False,
+        block_elements: int | None = None,
     ) -> None:
         """``edge_index`` (2, E), sorted by destination, and ``edge_attr`` (E, A): the edges among ``num_nodes``;
-        ``conditional``: noise-conditioned LayerNorms (ensemble models)."""
+        ``conditional``: noise-conditioned LayerNorms (ensemble models); ``block_elements``: the blocks' scratch
+        blocks (None: the device's default)."""
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
@@ -97,6 +99,7 @@ class GraphTransformerProcessor(nn.Module):
                     bipartite=False,
                     backend=backend,
                     conditional=conditional,
+                    block_elements=block_elements,
                 )
             )
             for _ in range(num_layers)
@@ -127,6 +130,7 @@ class GraphTransformerProcessor(nn.Module):
             backend=config.graph_attention_backend,
             shard_strategy=section.shard_strategy,
             conditional=config.noise is not None,
+            block_elements=config.resolved_block_elements,
         )
 
     def _halo_edges(self) -> tuple[HaloPlan, SortedEdges, slice]:

@@ -27,9 +27,7 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.models.forecast_model import DECODER_EDGES, ENCODER_EDGES, PROCESSOR_EDGES
-from anemo_like.models.mlp import ROW_BLOCK_ELEMENTS
 from anemo_like.models.ops.chunking import SortedEdges, plan_destination_chunks
-from anemo_like.models.ops.graph_attention import BLOCK_ELEMENTS
 
 MAPPER_ROWS_PER_DESTINATION = 12.0
 """Live rows per destination node of a mapper chunk at its backward peak (measured 9.6-10.2 at 256 channels;
@@ -56,9 +54,9 @@ fitted)."""
 PROCESSOR_EXTRA_ROWS = 10.0
 """Backward transients of the processor and the latent tensors around it (the encoder's output, the gradients
 of the processor's input and output), rows per hidden node (measured 4.7 + 2.6)."""
-SCRATCH_BYTES = 4 * (5 * BLOCK_ELEMENTS + 3 * ROW_BLOCK_ELEMENTS)
-"""fp32 scratch, allocated once: attention (four per-edge buffers plus two small score buffers, at most five
-blocks' worth) and MLP (three row blocks)."""
+SCRATCH_BLOCKS = 8
+"""fp32 scratch blocks (``model.block_elements`` each), allocated once: attention (four per-edge buffers plus two
+small score buffers, at most five blocks' worth) and MLP (three row blocks)."""
 BYTES_PER_PARAMETER = 16
 """fp32 weight + gradient + two AdamW moments."""
 
@@ -103,9 +101,10 @@ class ComponentCost:
         return self.work * (STEP_FORWARDS + self.checkpointing)
 
 
-def static_bytes(num_parameters: int) -> int:
-    """Memory that does not depend on chunking: weights, gradients, optimizer moments and scratch buffers."""
-    return BYTES_PER_PARAMETER * num_parameters + SCRATCH_BYTES
+def static_bytes(num_parameters: int, block_elements: int) -> int:
+    """Memory that does not depend on chunking: weights, gradients, optimizer moments and scratch buffers of
+    ``block_elements`` per block."""
+    return BYTES_PER_PARAMETER * num_parameters + 4 * SCRATCH_BLOCKS * block_elements
 
 
 def activation_peak_bytes(costs: dict[str, ComponentCost]) -> int:

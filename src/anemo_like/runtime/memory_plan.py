@@ -19,6 +19,7 @@ from torch_geometric.data import HeteroData
 from anemo_like.config.schema import ModelConfig
 from anemo_like.data.variables import VariableLayout
 from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.ops.workspace import resolve_block_elements
 from anemo_like.runtime.memory_model import (
     COMPONENTS,
     ComponentCost,
@@ -84,14 +85,26 @@ def _settings(config: ModelConfig, graph: HeteroData) -> dict[str, list[tuple[bo
     return settings
 
 
+def _static_bytes(config: ModelConfig, num_parameters: int, device: torch.device) -> int:
+    """Weights, gradients, optimizer moments and the scratch blocks ``config`` gives the kernels on ``device``."""
+    return static_bytes(num_parameters, resolve_block_elements(config.resolved_block_elements, device))
+
+
 def choose_plan(
-    *, config: ModelConfig, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
+    *,
+    config: ModelConfig,
+    graph: HeteroData,
+    batch_size: int,
+    num_parameters: int,
+    budget_bytes: int,
+    device: torch.device,
 ) -> MemoryPlan:
     """The fastest plan whose predicted peak fits ``budget_bytes`` (ties: fewer chunks); when none fits, the one
-    with the smallest predicted peak, ``fits=False``. Fixed settings are kept and predicted too."""
+    with the smallest predicted peak, ``fits=False``. Fixed settings are kept and predicted too. ``device``: where
+    the model trains (its scratch blocks depend on it)."""
     models = component_models(config, graph, batch_size)
     options = {name: [models[name].cost(*pair) for pair in pairs] for name, pairs in _settings(config, graph).items()}
-    static = static_bytes(num_parameters)
+    static = _static_bytes(config, num_parameters, device)
     plans = []
     for combination in itertools.product(*(options[name] for name in COMPONENTS)):
         costs = dict(zip(COMPONENTS, combination, strict=True))
@@ -104,14 +117,21 @@ def choose_plan(
 
 
 def choose_validation_chunks(
-    *, config: ModelConfig, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
+    *,
+    config: ModelConfig,
+    graph: HeteroData,
+    batch_size: int,
+    num_parameters: int,
+    budget_bytes: int,
+    device: torch.device,
 ) -> dict[str, tuple[int, int]]:
     """Mapper chunk counts for forwards without gradients (validation) at ``batch_size``, with the predicted peak
     bytes: for each mapper of the resolved ``config`` the smallest power of two, from its training count up, whose
     predicted peak fits ``budget_bytes`` (the largest tried when none does). Validation batches are often larger
     than training batches, and a mapper without recomputation may train in one chunk."""
     models = component_models(config, graph, batch_size)
-    base = static_bytes(num_parameters) + models["processor"].eval_bytes()
+    static = _static_bytes(config, num_parameters, device)
+    base = static + models["processor"].eval_bytes()
     limits = {"encoder": graph["hidden"].num_nodes, "decoder": graph["data"].num_nodes}
     choices = {}
     for name in ("encoder", "decoder"):
@@ -120,7 +140,7 @@ def choose_validation_chunks(
         ]
         counts = counts or [getattr(config, name).num_chunks]
         for count in counts:  # ascending: stop at the first that fits (each count plans its chunks)
-            choices[name] = (count, max(base, static_bytes(num_parameters) + models[name].eval_bytes(count)))
+            choices[name] = (count, max(base, static + models[name].eval_bytes(count)))
             if choices[name][1] <= budget_bytes:
                 break
     return choices
@@ -152,11 +172,23 @@ def has_auto_settings(config: ModelConfig) -> bool:
 
 
 def resolve_auto_settings(
-    config: ModelConfig, *, graph: HeteroData, batch_size: int, num_parameters: int, budget_bytes: int
+    config: ModelConfig,
+    *,
+    graph: HeteroData,
+    batch_size: int,
+    num_parameters: int,
+    budget_bytes: int,
+    device: torch.device,
 ) -> tuple[ModelConfig, MemoryPlan]:
-    """``config`` with every ``auto`` replaced by the plan's choice, and the plan; logs the plan and its peak."""
+    """``config`` with every ``auto`` replaced by the plan's choice for training on ``device``, and the plan; logs
+    the plan and its peak."""
     plan = choose_plan(
-        config=config, graph=graph, batch_size=batch_size, num_parameters=num_parameters, budget_bytes=budget_bytes
+        config=config,
+        graph=graph,
+        batch_size=batch_size,
+        num_parameters=num_parameters,
+        budget_bytes=budget_bytes,
+        device=device,
     )
     updates = {}
     for name, cost in plan.components.items():

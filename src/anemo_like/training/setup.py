@@ -208,7 +208,12 @@ def resolve_memory_plan(
     batch, members = config.dataloader.batch_size, config.training.ensemble.members
     rows = batch.train * members // config.system.hardware.num_gpus_per_ensemble  # a row per local member
     model_config, plan = resolve_auto_settings(
-        config.model, graph=graph, batch_size=rows, num_parameters=num_parameters, budget_bytes=budget
+        config.model,
+        graph=graph,
+        batch_size=rows,
+        num_parameters=num_parameters,
+        budget_bytes=budget,
+        device=placement.device,
     )
     validation = choose_validation_chunks(  # validation runs every member on each rank
         config=model_config,
@@ -216,6 +221,7 @@ def resolve_memory_plan(
         batch_size=batch.val * members,
         num_parameters=num_parameters,
         budget_bytes=budget,
+        device=placement.device,
     )
     return model_config, plan, validation
 

@@ -6,7 +6,8 @@ A destination without incoming edges gets zeros. The edge embedding is part of t
 may recompute it instead of storing an (E, H, C) tensor.
 
 Backends (``model.graph_attention_backend``):
-- ``torch``: plain torch, custom autograd, fused over destination-aligned edge blocks of bounded size. Saves only
+- ``torch``: plain torch, custom autograd, fused over destination-aligned edge blocks of bounded size
+  (``block_elements``: per-edge tensors of at most that many elements, by default per device). Saves only
   node-sized tensors, the small edge features and the per-node log-sum-exp; the edge embedding, scores, weights
   and messages exist for one block at a time and are recomputed in backward.
 - ``reference``: the same maths as ordinary autograd ops over all edges at once (keeps every per-edge tensor).
@@ -37,18 +38,15 @@ from anemo_like.models.ops.autocast import (
 )
 from anemo_like.models.ops.chunking import EdgeBlock, SortedEdges
 from anemo_like.models.ops.triton_graph_attention import graph_attention_triton, triton_unavailable_reason
-from anemo_like.models.ops.workspace import scratch
+from anemo_like.models.ops.workspace import resolve_block_elements, scratch
 
 LOG = logging.getLogger(__name__)
 _reported: set[str] = set()  # fallback reasons already logged
 
-BLOCK_ELEMENTS = 1 << 18
-"""Per-edge tensors of one block hold at most about this many elements (1 MiB in fp32), whatever B, H and C."""
 
-
-def edges_per_block(batch: int, heads: int, channels: int) -> int:
-    """Largest power of two of edges whose (B, E, H, C) tensor stays within ``BLOCK_ELEMENTS``."""
-    fit = max(1, BLOCK_ELEMENTS // (batch * heads * channels))
+def edges_per_block(batch: int, heads: int, channels: int, elements: int) -> int:
+    """Largest power of two of edges whose (B, E, H, C) tensor stays within ``elements``."""
+    fit = max(1, elements // (batch * heads * channels))
     return 1 << (fit.bit_length() - 1)
 
 
@@ -68,6 +66,7 @@ def graph_attention_reference(
     edges: SortedEdges,
     *,
     min_blocks: int = 1,
+    block_elements: int | None = None,
 ) -> Tensor:
     """Edge-softmax attention as plain autograd ops.
 
@@ -76,7 +75,7 @@ def graph_attention_reference(
         k, v: (B, N_src, H, C) keys and values.
         edge_attr: (E, A) edge features, shared over the batch; ``weight`` (H*C, A) and ``bias`` (H*C,) embed them.
         edges: the destination-sorted edges.
-        min_blocks: ignored (this backend never splits the edges).
+        min_blocks, block_elements: ignored (this backend never splits the edges).
 
     Returns:
         (B, N_dst, H, C) attention output, dtype of ``q`` (the autocast dtype under autocast).
@@ -238,13 +237,16 @@ def graph_attention_torch(
     edges: SortedEdges,
     *,
     min_blocks: int = 1,
+    block_elements: int | None = None,
 ) -> Tensor:
-    """Edge-softmax attention over bounded edge blocks (at least ``min_blocks``); same result as the reference.
+    """Edge-softmax attention over edge blocks (at least ``min_blocks``) whose per-edge tensors hold at most
+    ``block_elements`` (None: the default for q's device); same result as the reference.
 
     ``torch.compile`` runs it eagerly (a graph break): traced, its per-block loop and scratch buffers would unroll
     into one huge graph, minutes to compile and slower than this already fused eager code."""
     batch, _, heads, channels = q.shape
-    blocks = edges.blocks(edges_per_block(batch, heads, channels), min_blocks)
+    elements = resolve_block_elements(block_elements, q.device)
+    blocks = edges.blocks(edges_per_block(batch, heads, channels, elements), min_blocks)
     return apply_autocast(_BlockedGraphAttention, q, k, v, edge_attr, weight, bias, blocks)
 
 
@@ -258,6 +260,7 @@ def graph_attention_triton_or_torch(
     edges: SortedEdges,
     *,
     min_blocks: int = 1,
+    block_elements: int | None = None,
 ) -> Tensor:
     """The Triton kernels where they can run on ``q``'s device, else the ``torch`` backend (logged once per reason)."""
     reason = triton_unavailable_reason(q.device)
@@ -266,7 +269,9 @@ def graph_attention_triton_or_torch(
     if reason not in _reported:
         _reported.add(reason)
         LOG.warning("graph attention backend triton cannot run here: %s; using torch", reason)
-    return graph_attention_torch(q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks)
+    return graph_attention_torch(
+        q, k, v, edge_attr, weight, bias, edges, min_blocks=min_blocks, block_elements=block_elements
+    )
 
 
 GRAPH_ATTENTION_BACKENDS = {

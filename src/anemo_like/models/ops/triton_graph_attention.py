@@ -359,6 +359,7 @@ def graph_attention_triton(
     edges: SortedEdges,
     *,
     min_blocks: int = 1,
+    block_elements: int | None = None,
 ) -> Tensor:
     """Edge-softmax attention in fused Triton kernels; same arguments and result as ``graph_attention_torch``.
 
@@ -367,8 +368,8 @@ def graph_attention_triton(
         k, v: (B, N_src, H, C) keys and values.
         edge_attr: (E, A) edge features; ``weight`` (H*C, A) and ``bias`` (H*C,) or None embed them (autograd).
         edges: the destination-sorted edges.
-        min_blocks: ignored: the kernels stream each node's edges ``EDGES_PER_STEP`` at a time, so beyond the (E, H, C)
-            edge embedding no per-edge tensor exists and there is nothing to split.
+        min_blocks, block_elements: ignored: the kernels stream each node's edges ``EDGES_PER_STEP`` at a time, so
+            beyond the (E, H, C) edge embedding no per-edge tensor exists and there is nothing to split.
 
     Returns:
         (B, N_dst, H, C) attention output, dtype of ``q`` (the autocast dtype under autocast: the inputs are cast to
