@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 
-from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit, training_process_group
+from anemo_like.cli.hydra_entry import claimed_run_folder, run_hydra_command, set_up_or_exit, training_process_group
 from anemo_like.config import RunConfig
 
 LOG = logging.getLogger("anemo_like")
@@ -21,7 +21,7 @@ def _bench(config: RunConfig) -> None:
     from anemo_like.training.tracking import open_tracker, tracked
     from anemo_like.training.trainer import Trainer
 
-    with training_process_group(config):
+    with training_process_group(config), claimed_run_folder(config):
         trainer = set_up_or_exit(lambda: Trainer(config))
         with tracked(open_tracker(trainer.run, step=trainer.step)):  # diagnostics.tracking: params and status
             rates = measure_throughput(trainer)
@@ -55,7 +55,7 @@ def _bench(config: RunConfig) -> None:
 
 
 def main() -> None:
-    run_hydra_command("anemo-bench", _bench, sys.argv[1:])
+    run_hydra_command("anemo-bench", _bench, sys.argv[1:], claims_run_folder=True)
 
 
 if __name__ == "__main__":

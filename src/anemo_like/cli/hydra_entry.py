@@ -5,12 +5,17 @@ can fix (bad config, config/dataset mismatch) print one message and exit with st
 one paragraph naming the error and exits with status 1; ``--debug`` (anywhere on the command line) shows the
 full traceback instead. SIGTERM, SIGINT and SIGUSR1 are handled in every phase (:mod:`anemo_like.interrupts`): one
 line, and status 0 when the work is saved, else 128 + the signal number.
+
+A command that writes into a run folder (``claims_run_folder``) claims it first (:func:`claimed_run_folder`), and
+Hydra's own record (``.hydra/`` and the log file) is written only once the claim holds: a refused run leaves the
+folder it was refused as it was. Hydra itself writes nothing for it (``hydra.output_subdir=null``, no log file).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
@@ -30,6 +36,12 @@ T = TypeVar("T")
 C = TypeVar("C")
 DEBUG_FLAG = "--debug"
 _debug = False  # set from the command line by run_hydra_command
+# Hydra's record of a run that claims its folder, written by the front once the claim holds (unless the command
+# line sets these keys itself)
+DEFERRED_RECORD = ("hydra.output_subdir=null",)
+DEFERRED_LOG = ("~hydra.job_logging.handlers.file", "hydra.job_logging.root.handlers=[console]")
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default log file format
+_record: Callable[[], None] | None = None  # writes Hydra's record once (keep_hydra_record)
 
 
 def set_up_or_exit(set_up: Callable[[], T]) -> T:
@@ -43,6 +55,81 @@ def set_up_or_exit(set_up: Callable[[], T]) -> T:
             raise
         LOG.error("%s", exc)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def claimed_run_folder(config: RunConfig) -> Iterator[None]:
+    """The run folder (``system.paths.output``) claimed for the run's life: rank 0 locks it and checks it holds no
+    other run (:func:`~anemo_like.training.run_folder.claim_run_folder`), every rank exits 2 with its message when
+    it is refused; then Hydra's record is written. Inside the process group."""
+    from anemo_like.distributed.environment import launch_environment, rank_zero_value
+    from anemo_like.training.run_folder import RunFolderClaim, claim_run_folder
+
+    launch = launch_environment()
+    run_dir = Path(config.system.paths.output).expanduser()
+
+    def claim() -> RunFolderClaim:
+        claimed, refusal = RunFolderClaim(run_dir=run_dir, descriptor=None), None
+        if launch.rank == 0:
+            try:
+                claimed = claim_run_folder(run_dir, resume=config.training.resume)
+            except ValueError as exc:
+                refusal = exc
+        message = rank_zero_value("" if refusal is None else str(refusal), launch)
+        if refusal is not None:
+            raise refusal
+        if message:
+            raise ValueError(message)
+        return claimed
+
+    with set_up_or_exit(claim):
+        keep_hydra_record()
+        yield
+
+
+def keep_hydra_record() -> None:
+    """Write what Hydra writes on start, held back until now: ``.hydra/`` (config.yaml, hydra.yaml,
+    overrides.yaml) and the log file ``<job name>.log`` with the lines logged so far. Once; nothing outside a
+    Hydra command."""
+    global _record
+    record, _record = _record, None
+    if record is not None:
+        record()
+
+
+def _hold_back_record(cfg: DictConfig, deferred: tuple[str, ...]) -> None:
+    """Keep Hydra's record of this run in memory (log lines included) until :func:`keep_hydra_record`."""
+    global _record
+    hydra_cfg = HydraConfig.instance().cfg
+    output = Path(HydraConfig.get().runtime.output_dir)
+    files = {"config": cfg, "hydra": hydra_cfg, "overrides": hydra_cfg.hydra.overrides.task}
+    write_files, write_log = DEFERRED_RECORD[0] in deferred, DEFERRED_LOG[0] in deferred
+    lines = logging.handlers.MemoryHandler(capacity=100_000, flushLevel=logging.CRITICAL + 1)
+    if write_log:
+        logging.getLogger().addHandler(lines)
+
+    def write() -> None:
+        if write_files:
+            (output / ".hydra").mkdir(parents=True, exist_ok=True)
+            for name, part in files.items():
+                (output / ".hydra" / f"{name}.yaml").write_text(OmegaConf.to_yaml(part), encoding="utf-8")
+        if write_log:
+            log_file = logging.FileHandler(output / f"{HydraConfig.get().job.name}.log")
+            log_file.setFormatter(logging.Formatter(LOG_FORMAT))
+            lines.setTarget(log_file)
+            lines.flush()
+            logging.getLogger().removeHandler(lines)
+            logging.getLogger().addHandler(log_file)
+
+    _record = write
+
+
+def _deferred_overrides(argv: list[str]) -> tuple[str, ...]:
+    """The Hydra overrides that hold Hydra's record back, less those whose keys the command line sets itself."""
+    keys = {a.lstrip("~+").split("=", 1)[0].replace("/", ".") for a in argv}
+    record = () if "hydra.output_subdir" in keys else DEFERRED_RECORD
+    log = () if any(k.startswith("hydra.job_logging") for k in keys) else DEFERRED_LOG
+    return record + log
 
 
 @contextlib.contextmanager
@@ -65,18 +152,23 @@ def run_hydra_command(
     default_config: str = "quickstart",
     validate: Callable[[Mapping[str, Any]], C] = validate_config,
     check_keys: Callable[[list[str]], None] = check_override_keys,
+    claims_run_folder: bool = False,
 ) -> None:
     """``program [--debug] --config-name=NAME key=value ...``: compose, validate, call ``run``.
 
     The defaults are the training tree (``training/config``) and :class:`RunConfig`; another command passes its own
     tree (``config_path``), default config name, ``validate`` (mapping -> validated config) and ``check_keys``.
+    ``claims_run_folder``: ``run`` claims the run folder (:func:`claimed_run_folder`) before Hydra's record is
+    written; otherwise Hydra writes it on start.
     """
     global _debug
     debug = _debug = DEBUG_FLAG in argv
     argv = [a for a in argv if a != DEBUG_FLAG]
     with handling_signals():
         try:
-            _compose_and_run(program, run, argv, debug, config_path, default_config, validate, check_keys)
+            _compose_and_run(
+                program, run, argv, debug, config_path, default_config, validate, check_keys, claims_run_folder
+            )
         except Interrupted as stop:  # unwound: writes finished or abandoned, the process group closed
             print(f"{program}: {stop.report()}", file=sys.stderr, flush=True)
             logging.shutdown()
@@ -93,6 +185,7 @@ def _compose_and_run(
     default_config: str,
     validate: Callable[[Mapping[str, Any]], C],
     check_keys: Callable[[list[str]], None],
+    claims_run_folder: bool,
 ) -> None:
     try:
         check_keys(argv)
@@ -102,7 +195,10 @@ def _compose_and_run(
         print(f"{program}: {exc}", file=sys.stderr)
         sys.exit(2)
 
+    deferred = _deferred_overrides(argv) if claims_run_folder else ()
+
     def composed(cfg: DictConfig) -> None:
+        _hold_back_record(cfg, deferred)
         try:
             config = validate(OmegaConf.to_container(cfg, resolve=True))
         except ConfigError as exc:
@@ -119,7 +215,10 @@ def _compose_and_run(
             )
             sys.exit(1)
 
-    sys.argv = [program, *argv]
+    # ours go beside the command line's overrides: Hydra's argument parser wants them in one run
+    overrides = [i for i, a in enumerate(argv) if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    after = overrides[-1] + 1 if overrides else len(argv)
+    sys.argv = [program, *argv[:after], *deferred, *argv[after:]]
     tree = config_dir() if config_path is None else config_path
     hydra.main(config_path=str(tree), config_name=default_config, version_base="1.3")(composed)()
 

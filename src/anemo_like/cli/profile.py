@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from anemo_like.cli.hydra_entry import run_hydra_command, set_up_or_exit, training_process_group
+from anemo_like.cli.hydra_entry import claimed_run_folder, run_hydra_command, set_up_or_exit, training_process_group
 from anemo_like.config import RunConfig
 
 LOG = logging.getLogger("anemo_like")
@@ -23,7 +23,7 @@ def _profile(config: RunConfig, *, doctor: bool) -> None:
     from anemo_like.training.tracking import open_tracker, tracked
     from anemo_like.training.trainer import Trainer
 
-    with training_process_group(config):
+    with training_process_group(config), claimed_run_folder(config):
         trainer = set_up_or_exit(lambda: Trainer(config))
         report = profile_training(trainer.config, trainer=trainer)
     if report is None:
@@ -47,7 +47,10 @@ def main() -> None:
     argv = sys.argv[1:]
     doctor = DOCTOR_FLAG in argv
     run_hydra_command(
-        "anemo-profile", lambda config: _profile(config, doctor=doctor), [a for a in argv if a != DOCTOR_FLAG]
+        "anemo-profile",
+        lambda config: _profile(config, doctor=doctor),
+        [a for a in argv if a != DOCTOR_FLAG],
+        claims_run_folder=True,
     )
 
 
