@@ -1,6 +1,6 @@
 """Kill and preemption: a run killed at any step resumes to the same losses, a kill during a checkpoint write
-leaves the previous checkpoint loadable, SIGTERM/SIGUSR1 write a checkpoint and exit 0. Real processes, real
-signals."""
+leaves the previous checkpoint loadable, SIGTERM/SIGUSR1 write a checkpoint and exit 0, and a second signal while
+the command stops keeps that status. Real processes, real signals."""
 
 from __future__ import annotations
 
@@ -25,11 +25,19 @@ RUN = [
 ]
 
 
-def start(run_dir: Path, cache_dir: Path, overrides: list[str], save_pause_s: float | None = None):
-    """anemo-train in a subprocess; with ``save_pause_s``, every checkpoint write pauses halfway that long."""
-    if save_pause_s is None:
+def start(
+    run_dir: Path,
+    cache_dir: Path,
+    overrides: list[str],
+    save_pause_s: float | None = None,
+    *,
+    launcher: list[str] | None = None,
+):
+    """anemo-train in a subprocess; with ``save_pause_s``, every checkpoint write pauses halfway that long;
+    ``launcher``: another script and its arguments before the overrides."""
+    if launcher is None and save_pause_s is None:
         launcher = ["-m", "anemo_like.cli.train"]
-    else:
+    elif launcher is None:
         launcher = [str(Path(__file__).with_name("slow_checkpoint_writes.py")), str(save_pause_s)]
     command = [
         sys.executable,
@@ -115,6 +123,59 @@ def test_preemption_signal_writes_a_checkpoint_and_exits_zero(tmp_path, cache_di
     stopped_at = max(logged_losses(tmp_path))
     assert torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["step"] == stopped_at
     assert "Traceback" not in output
+
+
+LONG_RUN = ["training.max_steps=100000", "training.checkpoint_every_n_steps=1000"]
+
+
+def assert_stopped_with_status_zero(code: int, output: str, first: signal.Signals, run_dir: Path) -> None:
+    """Exit status 0, and the last line says so: the first signal's stop line, no other signal reported."""
+    stopped_at = max(logged_losses(run_dir))
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    assert code == 0, output[-3000:]
+    assert (
+        output.strip()
+        .splitlines()[-1]
+        .endswith(
+            f"received {first.name}: stopped after step {stopped_at}, checkpoint {checkpoint} written; exiting with "
+            "status 0 (training.resume=auto continues from it)"
+        )
+    ), output[-3000:]
+    assert output.count("received ") == 1 and "Traceback" not in output, output[-3000:]
+    assert torch.load(checkpoint, weights_only=True)["step"] == stopped_at
+
+
+SECOND_SIGNALS = [
+    (signal.SIGTERM, signal.SIGTERM),
+    (signal.SIGTERM, signal.SIGINT),
+    (signal.SIGINT, signal.SIGTERM),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SECOND_SIGNALS, ids=lambda s: s.name)
+def test_a_second_signal_after_the_stop_line_keeps_its_status(tmp_path, cache_dir, first, second):
+    """The second signal arrives after the last line, while the process closes its log and exits."""
+    closing = tmp_path / "closing-the-log"
+    launcher = [str(Path(__file__).with_name("slow_log_close.py")), "5", str(closing)]
+    running = start(tmp_path / "run", cache_dir, LONG_RUN, launcher=launcher)
+    wait_for(lambda: max(logged_losses(tmp_path / "run"), default=0) >= 3)
+    running.send_signal(first)
+    wait_for(closing.exists, timeout=60)
+    running.send_signal(second)
+    code, output = finish(running, timeout=60)
+    assert_stopped_with_status_zero(code, output, first, tmp_path / "run")
+
+
+@pytest.mark.parametrize(("first", "second"), SECOND_SIGNALS[1:], ids=lambda s: s.name)
+def test_a_second_signal_during_the_stop_checkpoint_write_keeps_its_status(tmp_path, cache_dir, first, second):
+    running = start(tmp_path, cache_dir, LONG_RUN, save_pause_s=3)
+    wait_for(lambda: max(logged_losses(tmp_path), default=0) >= 3)
+    running.send_signal(first)
+    folder = tmp_path / "checkpoints"
+    wait_for(lambda: folder.is_dir() and any(p.stat().st_size > 0 for p in folder.glob(".step-*.pt.*.tmp")))
+    running.send_signal(second)
+    code, output = finish(running, timeout=60)
+    assert_stopped_with_status_zero(code, output, first, tmp_path)
 
 
 def test_checkpoints_keep_the_last_n_and_carry_version_metadata(tmp_path, compose_run):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from anemo_like.training.trainer import Trainer
 
 SHORT = ["diagnostics.plots=false", "training.val_every_n_steps=1000", "dataloader.limit_batches.val=1"]
 FULL = "[sp, t_850, u_250, u_850, v_250, v_850, z_500]"
+SYNTHETIC_DATASET = Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_dataset.py"
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +30,11 @@ def source(tmp_path_factory, compose_run):
 
 def parameters(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+
+
+def graph_bound(names) -> set[str]:
+    """The trainable node and edge features: one row per grid point, mesh node or edge."""
+    return {name for name in names if name.endswith(".trainable")}
 
 
 def test_warm_start_keeps_what_fits_and_reports_the_rest(tmp_path, compose_run, source, caplog) -> None:
@@ -48,12 +57,15 @@ def test_warm_start_keeps_what_fits_and_reports_the_rest(tmp_path, compose_run, 
         assert f"    {name}: {list(fewer[name].shape)} != {list(weights[name].shape)}" in caplog.text
     assert f"  loaded        {len(fewer) - len(reinitialised):5d} parameters" in caplog.text
     assert "  missing           0" in caplog.text and "  unexpected        0" in caplog.text
+    bound = graph_bound(fewer)  # the same graph: trained (not zero) and copied
+    assert bound and all(weights[name].any() and torch.equal(fewer[name], weights[name]) for name in bound)
+    assert "graphs differ" not in caplog.text
 
     other_mesh = parameters(Trainer(compose_run(tmp_path / "b", [*start, "graph.mesh_resolution=2"])))
     differ = {name for name, p in other_mesh.items() if p.shape != weights[name].shape}
-    assert differ and all(name.endswith("trainable") for name in differ)  # graph-sized trainable tensors only
-    assert all(torch.equal(p, weights[name]) for name, p in other_mesh.items() if name not in differ)
-    assert all(not other_mesh[name].any() for name in differ)  # freshly initialised (zeros)
+    assert differ and differ < graph_bound(other_mesh)  # data_features.trainable: the same shape, another graph
+    assert all(torch.equal(p, weights[name]) for name, p in other_mesh.items() if name not in graph_bound(other_mesh))
+    assert all(not other_mesh[name].any() for name in graph_bound(other_mesh))  # freshly initialised (zeros)
 
     from_checkpoint = f"training.init_from={source.training_checkpoint}"
     from_training = Trainer(compose_run(tmp_path / "c", [*SHORT, "training.max_steps=1", from_checkpoint]))
@@ -62,6 +74,35 @@ def test_warm_start_keeps_what_fits_and_reports_the_rest(tmp_path, compose_run, 
     assert not from_training.optimizer.state
     # statistics: init_statistics=checkpoint takes the source's, the default the new dataset's (same here)
     assert list(normalizer["names"])[:2] == ["sp", "t_850"]
+
+
+def test_warm_start_from_another_grid_of_as_many_points_keeps_the_graph_bound_tensors_fresh(
+    tmp_path, compose_run, source, caplog
+) -> None:
+    other_grid = tmp_path / "64x32.zarr"  # a regular 64x32 grid: as many points (2048) as the built-in 32x64 one
+    command = [sys.executable, str(SYNTHETIC_DATASET), "--grid", "64x32", "--out", str(other_grid)]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    weights = torch.load(source.inference_checkpoint, weights_only=True)["state_dict"]
+    source_graph = load_training_checkpoint(source.training_checkpoint)["graph_hash"]
+    bound = graph_bound(weights)
+    assert bound and all(weights[name].any() for name in bound)  # trained away from their zero initialisation
+    for checkpoint in (source.inference_checkpoint, source.training_checkpoint):
+        caplog.clear()
+        overrides = [*SHORT, "training.max_steps=1", f"data.dataset={other_grid}", f"training.init_from={checkpoint}"]
+        with caplog.at_level(logging.INFO, logger="anemo_like.training.warm_start"):
+            warm = Trainer(compose_run(tmp_path / checkpoint.stem, overrides))
+        here = parameters(warm)
+        same_shape = {name for name in bound if here[name].shape == weights[name].shape}
+        assert {"data_features.trainable", "hidden_features.trainable", "decoder.edges.trainable"} <= same_shape
+        assert all(not here[name].any() for name in bound), checkpoint  # not copied: zeros, as initialised
+        assert all(torch.equal(p, weights[name]) for name, p in here.items() if name not in bound), checkpoint
+        assert warm.graph_hash != source_graph
+        assert (
+            f"  graphs differ: {checkpoint} has graph {source_graph}, this run's is {warm.graph_hash}: the "
+            "graph-bound parameters (trainable node and edge features) keep their fresh initialisation"
+        ) in caplog.text
+        assert all(f"    {name}: bound to another graph" in caplog.text for name in bound)
+        assert f"  loaded        {len(here) - len(bound):5d} parameters" in caplog.text
 
 
 def test_warm_start_refusals(tmp_path, compose_run, source) -> None:

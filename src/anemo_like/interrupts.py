@@ -10,7 +10,10 @@ block change that:
   finished, never half done.
 
 The command catches :class:`Interrupted`, prints one line and exits with :attr:`Interrupted.exit_code`: 0 when
-the work is saved (``saved`` says where), else 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+the work is saved (``saved`` says where), else 128 + the signal number (130 for SIGINT, 143 for SIGTERM). A loop
+that stops by itself calls :func:`acting_on_stop` first, logs its line and raises a ``SystemExit`` the command
+exits with. Either way the handlers stay installed until the process exits: a second signal during the shutdown
+is noted, never raised or left to the default action, so the exit status is the one the last line gives.
 """
 
 from __future__ import annotations
@@ -121,6 +124,11 @@ def stop_requests() -> Iterator[StopRequests]:
         if requests.received is not None and not _state.raised:  # the block ended before it could stop
             _state.raised = True
             raise Interrupted(signal.Signals[requests.received])
+
+
+def acting_on_stop() -> None:
+    """A stop is under way (the training loop writes its checkpoint and exits): later signals are only noted."""
+    _state.raised = True
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ The config is validated before torch is imported, so a bad key fails in well und
 can fix (bad config, config/dataset mismatch) print one message and exit with status 2. Any other failure prints
 one paragraph naming the error and exits with status 1; ``--debug`` (anywhere on the command line) shows the
 full traceback instead. SIGTERM, SIGINT and SIGUSR1 are handled in every phase (:mod:`anemo_like.interrupts`): one
-line, and status 0 when the work is saved, else 128 + the signal number.
+line, and status 0 when the work is saved, else 128 + the signal number; a second signal while the command stops
+changes neither.
 
 A command that writes into a run folder (``claims_run_folder``) claims it first (:func:`claimed_run_folder`), and
 Hydra's own record (``.hydra/`` and the log file) is written only once the claim holds: a refused run leaves the
@@ -30,6 +31,7 @@ from anemo_like.config import ConfigError, RunConfig, config_dir, validate_confi
 from anemo_like.config.validate import check_override_keys
 from anemo_like.config.yaml_errors import check_yaml_files, config_dirs
 from anemo_like.interrupts import Interrupted, handling_signals, phase
+from anemo_like.training.preemption import Preempted
 
 LOG = logging.getLogger("anemo_like")
 T = TypeVar("T")
@@ -171,9 +173,19 @@ def run_hydra_command(
             )
         except Interrupted as stop:  # unwound: writes finished or abandoned, the process group closed
             print(f"{program}: {stop.report()}", file=sys.stderr, flush=True)
-            logging.shutdown()
-            sys.stdout.flush()
-            os._exit(stop.exit_code)  # not sys.exit: a reader thread blocked in I/O must not hold up the exit
+            _exit(stop.exit_code)
+        except Preempted:  # the training loop logged its stop, its checkpoint and status 0
+            _exit(0)
+
+
+def _exit(status: int) -> None:
+    """Flush the logs and exit with ``status`` while the signal handlers are still installed: a second signal now
+    is only noted, so the status is the one the last line gives (not 128 + signal). Not sys.exit: a reader thread
+    blocked in I/O must not hold up the exit."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _compose_and_run(

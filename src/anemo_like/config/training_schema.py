@@ -129,7 +129,8 @@ class TrainingConfig(Strict):
     init_from: str | None = Field(
         None,
         description="inference.pt or training checkpoint whose weights start this run, by parameter name (shapes "
-        "that differ stay freshly initialised); optimiser, schedule and step start fresh",
+        "that differ, and the trainable node and edge features of another graph, stay freshly initialised); "
+        "optimiser, schedule and step start fresh",
     )
     init_statistics: Literal["dataset", "checkpoint"] = Field(
         "dataset", description="normalisation statistics of a warm start: the new dataset's or init_from's"

@@ -67,8 +67,13 @@ def graph_from_tensors(tensors: dict[str, torch.Tensor]) -> HeteroData:
 
 def graph_fingerprint(graph: HeteroData) -> str:
     """16-hex-digit SHA-256 of every tensor's name, dtype, shape and bytes; stable across runs."""
+    return tensors_fingerprint(graph_to_tensors(graph))
+
+
+def tensors_fingerprint(tensors: dict[str, torch.Tensor]) -> str:
+    """:func:`graph_fingerprint` of the graph that ``tensors`` (from :func:`graph_to_tensors`) flatten."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(graph_to_tensors(graph).items()):
+    for name, tensor in sorted(tensors.items()):
         contiguous = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{contiguous.dtype}|{tuple(contiguous.shape)}|".encode())
         digest.update(contiguous.numpy().tobytes())

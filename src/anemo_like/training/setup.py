@@ -243,12 +243,14 @@ def build_model(
     config: RunConfig,
     *,
     graph: HeteroData,
+    graph_hash: str,
     data: DataSetup,
     placement: Placement,
     dtype: torch.dtype,
     warm_start: CheckpointWeights | None,
 ):
-    """The model on the device: warm-started on the CPU (``training.init_from``), frozen where
+    """The model on the device: warm-started on the CPU (``training.init_from``; the graph-bound parameters only
+    from a checkpoint of this graph, ``graph_hash``), frozen where
     ``training.freeze`` says, with ANEMOI_INFERENCE_* eval overrides (validation) and parallelism applied."""
     if placement.device.type == "cpu":
         set_heap_release(config.system.hardware.release_cpu_heap_mib)
@@ -260,7 +262,7 @@ def build_model(
         output_steps=config.training.multistep_output,
     )
     if warm_start is not None:
-        load_matching_weights(model, warm_start)
+        load_matching_weights(model, warm_start, graph_hash=graph_hash)
     freeze_modules(model, config.training.freeze)
     model = model.to(placement.device, dtype)
     apply_inference_overrides(model)
@@ -297,6 +299,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     tracker = open_tracking(config, placement, tracking_sender)
     warm_start = read_warm_start(config)
     data, graph = load_data_and_graph(config, placement.launch, warm_start)
+    graph_hash = graph_fingerprint(graph)
     precision = check_run_options(config, placement)
     model_config, memory_plan, validation_chunks = resolve_memory_plan(
         config, graph=graph, data=data, placement=placement
@@ -305,8 +308,9 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     check_chunks_fit_graph(config.model, graph)
     memory_before_model = (current_memory_mib(placement.device) or 0.0, peak_memory_mib(placement.device) or 0.0)
     model, parallel = build_model(
-        config, graph=graph, data=data, placement=placement, dtype=precision.param_dtype, warm_start=warm_start
-    )
+        config, graph=graph, graph_hash=graph_hash, data=data, placement=placement, dtype=precision.param_dtype,
+        warm_start=warm_start,
+    )  # fmt: skip
     del warm_start  # its tensors are copied: free the CPU copy before training
     apply_validation_chunks(
         model, validation_chunks, config.dataloader.batch_size.val * config.training.ensemble.members
@@ -326,7 +330,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         placement=placement,
         data=data,
         graph=graph,
-        graph_hash=graph_fingerprint(graph),
+        graph_hash=graph_hash,
         precision=precision,
         model=model,
         parallel=parallel,

@@ -28,7 +28,7 @@ from anemo_like.data.setup import LoaderOptions
 from anemo_like.diagnostics.phases import PhaseClock
 from anemo_like.distributed.data_parallel import barrier, mean_over_ranks
 from anemo_like.distributed.stop_vote import StopVote
-from anemo_like.interrupts import phase, stop_requests
+from anemo_like.interrupts import acting_on_stop, phase, stop_requests
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import peak_memory_mib
@@ -363,6 +363,7 @@ class Trainer:
         )
 
     def _stop_preempted(self, stop_vote: StopVote, progress: Progress, signal: str | None) -> None:
+        acting_on_stop()  # a second signal from here on cannot change the status this logs
         stop_vote.finish()
         self.save_checkpoint()
         progress.close()
