@@ -7,7 +7,7 @@ Every dispatched operator is at least one kernel launch on a GPU plus Python and
 the sizes where a GPU is fast, this count sets the step's pace. It does not depend on the machine, so it is
 measured here, on CPU, with 1 thread.
 
-    python benchmarks/host_overhead.py                        # cases S and R, every path (about 6 minutes)
+    python benchmarks/host_overhead.py                        # cases S and R, every path (about 15 minutes)
     python benchmarks/host_overhead.py --cases S --paths torch triton
 
 Paths:

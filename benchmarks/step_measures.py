@@ -133,7 +133,7 @@ def count_step_ops(step) -> dict:
     from anemo_like.profiling.op_count import count_ops
 
     counter = count_ops(step)
-    return {"per_step": counter.total, "syncs": counter.syncs(), "by_name": dict(counter.top(len(counter.by_name)))}
+    return {"per_step": counter.total, "syncs": counter.syncs(), "by_name": dict(counter.by_name.most_common())}
 
 
 def use_triton_stand_in(torch) -> None:
