@@ -24,9 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpu_anchor import CASES as ANCHOR_CASES
-from gpu_check import ANCHOR_SCRIPT, BENCHMARKS, CHUNKS, GPU_CASES, install_wheels, json_line, kit_environment
+from gpu_anchor_setup import CASES as ANCHOR_CASES
+from gpu_kit import BENCHMARKS, install_wheels, json_line, kit_environment
 from gpu_report import table
+from gpu_speed import ANCHOR_SCRIPT, CHUNKS, GPU_CASES
 
 
 def anchor_graph(graphs: Path, case: str) -> Path | None:
