@@ -1,4 +1,5 @@
-"""Shared fixtures: a session cache folder holding the built-in dataset, and tiny composed run configs."""
+"""Shared fixtures: a session cache folder holding the built-in dataset, tiny composed run configs, and the
+inference checkpoints the anemo-infer tests forecast from (trained once per session)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from inference_helpers import INITIAL_DATES, MIXED_ROLES, SKILL_TRAINING, infer_config
 from omegaconf import OmegaConf
 
 from anemo_like.config import RunConfig, config_dir, validate_config
+from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.graphs import build_graph
+from anemo_like.inference.run import InferenceOutputs, run_inference
+from anemo_like.training.trainer import Trainer
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "hs-t21-seed1-1y.zarr"
 
@@ -59,3 +64,32 @@ def latlon_graph(nlat: int, nlon: int, mesh_resolution: int):
 def small_graph():
     """A 12x24 lat/lon grid on a once-refined icosahedron."""
     return latlon_graph(12, 24, 1)
+
+
+# ------------------------------------------------------------------------------ anemo-infer's checkpoints
+@pytest.fixture(scope="session")
+def builtin(cache_dir) -> Path:
+    return ensure_builtin_dataset(cache_dir)
+
+
+@pytest.fixture(scope="session")
+def skilled(tmp_path_factory, compose_run) -> Path:
+    """inference.pt of the quickstart model, tiny size, trained 400 steps."""
+    run_dir = tmp_path_factory.mktemp("skilled")
+    Trainer(compose_run(run_dir, SKILL_TRAINING)).fit()
+    return run_dir / "inference.pt"
+
+
+@pytest.fixture(scope="session")
+def mixed(tmp_path_factory, compose_run) -> Path:
+    """inference.pt of a 2-step quickstart model with a diagnostic variable (sp) and two computed forcings."""
+    run_dir = tmp_path_factory.mktemp("mixed")
+    Trainer(compose_run(run_dir, MIXED_ROLES)).fit()
+    return run_dir / "inference.pt"
+
+
+@pytest.fixture(scope="session")
+def verified(skilled, tmp_path_factory) -> InferenceOutputs:
+    """The 15 verified 5-day forecasts of INITIAL_DATES, as netCDF."""
+    out = tmp_path_factory.mktemp("forecast")
+    return run_inference(infer_config(skilled, *INITIAL_DATES, f"output={out / 'forecast.nc'}", "verify=true"))

@@ -1,15 +1,14 @@
 """anemo-infer: forecasts from a trained inference checkpoint, written with xarray, verified against the dataset.
 
-Two tiny quickstart models are trained once for the module: one for 400 steps (long enough to beat 6 h
+Two tiny quickstart models are trained once for the session (conftest.py): one for 400 steps (long enough to beat 6 h
 persistence on the built-in dataset) and one for 2 steps with a diagnostic variable and computed forcings (for
-the feed-back mechanics). Bad inputs are checked word for word against their rows in docs/errors.md.
+the feed-back mechanics). Bad inputs: test_infer_bad_inputs.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,125 +18,21 @@ import pytest
 import torch
 import xarray as xr
 import zarr
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from inference_helpers import (
+    INITS,
+    TRAIN_END,
+    grid_dataset,
+    infer_config,
+)
 
 import anemo_like
-from anemo_like.config import ConfigError
-from anemo_like.config.inference import (
-    InferenceConfig,
-    check_inference_override_keys,
-    inference_config_dir,
-    validate_inference_config,
-)
-from anemo_like.data.builtin import UNITS, VARIABLES, ensure_builtin_dataset
+from anemo_like.data.builtin import UNITS, VARIABLES
 from anemo_like.data.forcings import computed_forcings
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr
 from anemo_like.inference import load_inference_checkpoint
-from anemo_like.inference.output import netcdf_engine, open_forecast
-from anemo_like.inference.run import InferenceOutputs, prepare, run_inference
+from anemo_like.inference.run import InferenceOutputs, run_inference
 from anemo_like.models import edge_features
 from anemo_like.models.ops.chunking import DestinationChunk, SortedEdges, plan_destination_chunks
-from anemo_like.training.trainer import Trainer
-
-ERRORS_DOC = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()
-SKILL_TRAINING = [
-    "training.max_steps=400",
-    "training.val_every_n_steps=400",
-    "training.checkpoint_every_n_steps=400",
-    "training.optimizer.warmup_steps=10",
-    "training.val_climatology_dates=0",
-    "dataloader.limit_batches.val=1",
-    "diagnostics.plots=false",
-]
-MIXED_ROLES = [
-    "data.variables.prognostic=[t_850,u_250,u_850,v_250,v_850,z_500]",
-    "data.variables.diagnostic=[sp]",
-    "data.variables.computed_forcing=[cos_julian_day,sin_local_time]",
-    "training.max_steps=2",
-    "training.val_climatology_dates=0",
-    "dataloader.limit_batches.val=1",
-    "diagnostics.plots=false",
-]
-# 15 initial dates, 2000-11-01 .. 2000-12-27 every 4 days; the last forecast runs past the dataset's end (12-30T18)
-INITIAL_DATES = ["date_range.start=2000-11-01T00", "date_range.end=2000-12-27T00", "date_range.every=4d"]
-INITS = np.datetime64("2000-11-01T00", "s") + np.arange(15) * np.timedelta64(4, "D")
-TRAIN_END = np.datetime64("2000-11-01T00", "s")  # the quickstart training split ends just before
-
-
-def run_infer_cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """``python -m anemo_like.cli.infer ARGS`` in ``tmp_path`` (its Hydra folder ``tmp_path/run``), output captured."""
-    command = [sys.executable, "-m", "anemo_like.cli.infer", *args, f"hydra.run.dir={tmp_path / 'run'}"]
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=180)
-
-
-def infer_config(checkpoint: Path, *overrides: str) -> InferenceConfig:
-    """The default inference config with ``overrides``, checked, composed and validated as on the command line."""
-    arguments = [f"checkpoint={checkpoint}", *overrides]
-    check_inference_override_keys(arguments)
-    with initialize_config_dir(config_dir=str(inference_config_dir()), version_base="1.3"):
-        cfg = compose(config_name="default", overrides=arguments)
-    return validate_inference_config(OmegaConf.to_container(cfg, resolve=True))
-
-
-def documented(message: str, **placeholders: Path) -> None:
-    """``message``, with each path replaced by its placeholder name, is a row of docs/errors.md, word for word."""
-    for name, path in placeholders.items():
-        message = message.replace(str(path), name)
-    assert f"`{message}`" in ERRORS_DOC, f"not in docs/errors.md:\n{message}"
-
-
-def setup_error(config: InferenceConfig, error: type[Exception] = ValueError) -> str:
-    with pytest.raises(error) as info:
-        prepare(config)
-    return str(info.value)
-
-
-def config_error(checkpoint: Path, *overrides: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        infer_config(checkpoint, *overrides)
-    message = str(info.value)
-    assert message.startswith("invalid configuration:\n  ")
-    return message.removeprefix("invalid configuration:\n  ")
-
-
-def grid_dataset(path: Path, *, variables: list[str], frequency: str, num_dates: int, lat, lon) -> Path:
-    """Random data on the grid (lat, lon), without variables_metadata (no forcing is marked constant)."""
-    data = np.random.default_rng(0).normal(size=(num_dates, len(variables), 1, len(lat)))
-    step = np.timedelta64(int(frequency.removesuffix("h")), "h")
-    dates = np.datetime64("2000-01-01T00", "s") + np.arange(num_dates) * step
-    return write_anemoi_zarr(
-        path, data=data, variables=variables, dates=dates, latitudes=lat, longitudes=lon, frequency=frequency
-    )
-
-
-# ------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def builtin(cache_dir) -> Path:
-    return ensure_builtin_dataset(cache_dir)
-
-
-@pytest.fixture(scope="module")
-def skilled(tmp_path_factory, compose_run) -> Path:
-    """inference.pt of the quickstart model, tiny size, trained 400 steps."""
-    run_dir = tmp_path_factory.mktemp("skilled")
-    Trainer(compose_run(run_dir, SKILL_TRAINING)).fit()
-    return run_dir / "inference.pt"
-
-
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory, compose_run) -> Path:
-    """inference.pt of a 2-step quickstart model with a diagnostic variable (sp) and two computed forcings."""
-    run_dir = tmp_path_factory.mktemp("mixed")
-    Trainer(compose_run(run_dir, MIXED_ROLES)).fit()
-    return run_dir / "inference.pt"
-
-
-@pytest.fixture(scope="module")
-def verified(skilled, tmp_path_factory) -> InferenceOutputs:
-    """The 15 verified 5-day forecasts of INITIAL_DATES, as netCDF."""
-    out = tmp_path_factory.mktemp("forecast")
-    return run_inference(infer_config(skilled, *INITIAL_DATES, f"output={out / 'forecast.nc'}", "verify=true"))
 
 
 # -------------------------------------------------------------------------------------------- the forecast
@@ -356,220 +251,6 @@ def test_model_trained_400_steps_beats_persistence_at_6h(verified) -> None:
     model, persistence = result.rmse["model"][0, :prognostic], result.rmse["persistence"][0, :prognostic]
     ratios = dict(zip(result.variables, np.round(model / persistence, 3), strict=False))
     assert (model < persistence).all(), f"model / persistence RMSE at 6 h: {ratios}"
-
-
-# ------------------------------------------------------------------------------------------------ bad inputs
-def test_missing_checkpoint(tmp_path) -> None:
-    missing = tmp_path / "inference.pt"
-    message = setup_error(infer_config(missing, "dates=[2000-11-01T00]", f"output={tmp_path}/f.nc"), FileNotFoundError)
-    assert message == f"inference checkpoint {missing} does not exist"
-    documented(message, FILE=missing)
-
-
-def test_truncated_checkpoint(skilled, tmp_path) -> None:
-    cut = tmp_path / "inference.pt"
-    cut.write_bytes(skilled.read_bytes()[:5000])
-    message = setup_error(infer_config(cut, "dates=[2000-11-01T00]", f"output={tmp_path}/f.nc"))
-    assert message == (
-        f"{cut} is not a valid inference checkpoint: not a complete torch.save archive (truncated, corrupted or "
-        "another kind of file)"
-    )
-    documented(message, FILE=cut)
-
-
-def test_training_checkpoint_instead_of_inference_checkpoint(skilled, tmp_path) -> None:
-    last = skilled.parent / "checkpoints" / "last.pt"
-    message = setup_error(infer_config(last, "dates=[2000-11-01T00]", f"output={tmp_path}/f.nc"))
-    assert message == f"{last} is not an anemo_like inference checkpoint (expected format anemo_like-inference-v1)"
-    documented(message, FILE=last)
-
-
-def test_dataset_of_another_grid(skilled, tmp_path) -> None:
-    lat, lon = (a.ravel() for a in np.meshgrid(np.linspace(-78.75, 78.75, 8), np.arange(16) * 22.5, indexing="ij"))
-    other = grid_dataset(
-        tmp_path / "other.zarr", variables=list(VARIABLES), frequency="6h", num_dates=4, lat=lat, lon=lon
-    )
-    config = infer_config(skilled, f"dataset={other}", "dates=[2000-01-01T06]", f"output={tmp_path}/f.nc")
-    message = setup_error(config)
-    assert message == f"dataset {other} does not fit checkpoint {skilled}: its grid has 128 points, the model's 2048"
-    documented(message, PATH=other, FILE=skilled)
-
-
-def test_dataset_lacking_variables_at_another_frequency(skilled, builtin, tmp_path) -> None:
-    store = open_anemoi_zarr(builtin)
-    names = [n for n in VARIABLES if n not in ("u_250", "v_250")]
-    path = grid_dataset(
-        tmp_path / "d.zarr", variables=names, frequency="12h", num_dates=4, lat=store.latitudes, lon=store.longitudes
-    )
-    message = setup_error(infer_config(skilled, f"dataset={path}", "dates=[2000-01-01T12]", f"output={tmp_path}/f.nc"))
-    assert message == (
-        f"dataset {path} does not fit checkpoint {skilled}: it lacks the variable(s) u_250, v_250; its frequency 12h "
-        "does not divide the model step 6h"
-    )
-    documented(message, PATH=path, FILE=skilled)
-
-
-def test_dataset_with_other_coordinates(skilled, builtin, tmp_path) -> None:
-    store = open_anemoi_zarr(builtin)
-    lon = store.longitudes.copy()
-    lon[100] += 5.0
-    path = grid_dataset(
-        tmp_path / "d.zarr", variables=list(VARIABLES), frequency="6h", num_dates=4, lat=store.latitudes, lon=lon
-    )
-    message = setup_error(infer_config(skilled, f"dataset={path}", "dates=[2000-01-01T06]", f"output={tmp_path}/f.nc"))
-    assert message == (
-        f"dataset {path} does not fit checkpoint {skilled}: its grid coordinates differ from the model's by up to 5 "
-        "degrees (point 100: 81.5625, 207.5 against 81.5625, 202.5)"
-    )
-    documented(message, PATH=path, FILE=skilled)
-
-
-@pytest.mark.parametrize(
-    "date, expected",
-    [
-        (
-            "2001-06-01T00",
-            "initial date 2001-06-01T00:00:00 is outside dataset PATH, which covers 2000-01-01T00:00:00 .. "
-            "2000-12-30T18:00:00",
-        ),
-        (
-            "2000-01-01T00",
-            "initial date 2000-01-01T00:00:00 lacks input history: the model starts from 2 states 6h apart, but "
-            "dataset PATH starts at 2000-01-01T00:00:00; use initial dates from 2000-01-01T06:00:00 on",
-        ),
-        (
-            "2000-11-01T03",
-            "initial date 2000-11-01T03:00:00 is not a date of dataset PATH (every 6h from 2000-01-01T00:00:00)",
-        ),
-    ],
-    ids=["outside", "without-history", "between-dates"],
-)
-def test_initial_date_the_dataset_cannot_start_from(skilled, builtin, tmp_path, date: str, expected: str) -> None:
-    message = setup_error(infer_config(skilled, f"dates=[{date}]", f"output={tmp_path}/f.nc"))
-    assert message == expected.replace("PATH", str(builtin))
-    documented(message, PATH=builtin)
-
-
-def test_forcing_that_changes_in_time_needed_after_the_dataset(skilled, builtin, tmp_path) -> None:
-    store = open_anemoi_zarr(builtin)
-    path = grid_dataset(
-        tmp_path / "d.zarr",
-        variables=list(VARIABLES),
-        frequency="6h",
-        num_dates=8,
-        lat=store.latitudes,
-        lon=store.longitudes,
-    )
-    config = infer_config(
-        skilled, f"dataset={path}", "dates=[2000-01-02T18]", "lead_time=1d", f"output={tmp_path}/f.nc"
-    )
-    message = setup_error(config)
-    assert message == (
-        f"initial date 2000-01-02T18:00:00 with lead_time 1d needs the forcing(s) cos_latitude, sin_latitude, "
-        f"cos_longitude, sin_longitude until 2000-01-03T12:00:00, after the last date 2000-01-02T18:00:00 of dataset "
-        f"{path} (only forcings constant in time are held beyond it); choose an earlier initial date or a shorter "
-        "lead_time"
-    )
-    documented(message, PATH=path)
-
-
-def test_lead_time_not_a_multiple_of_the_model_step(skilled, tmp_path) -> None:
-    message = setup_error(infer_config(skilled, "dates=[2000-11-01T00]", "lead_time=5h", f"output={tmp_path}/f.nc"))
-    assert message == f"lead_time '5h' is not a multiple of the model step 6h of checkpoint {skilled}"
-    documented(message, FILE=skilled)
-
-
-def test_output_that_cannot_be_written(skilled, tmp_path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    output = blocker / "forecasts" / "f.nc"
-    message = setup_error(infer_config(skilled, "dates=[2000-11-01T00]", f"output={output}"))
-    assert message == (
-        f"output {output} cannot be written (Not a directory); choose a path in a folder you can write (output=...)"
-    )
-    documented(message, OUT=output)
-
-
-def test_output_replaces_only_a_forecast_anemo_infer_wrote(skilled, builtin, tmp_path) -> None:
-    """The path may hold an earlier forecast of ours (replaced); anything else is refused and left alone."""
-    lat, lon = (a.ravel() for a in np.meshgrid(np.linspace(-78.75, 78.75, 8), np.arange(16) * 22.5, indexing="ij"))
-    other_dataset = grid_dataset(tmp_path / "era.zarr", variables=["t"], frequency="6h", num_dates=2, lat=lat, lon=lon)
-    foreign = xr.Dataset({"t": ("x", np.arange(3.0))}, attrs={"title": "someone's analysis"})
-    foreign.to_zarr(tmp_path / "foreign.zarr", zarr_format=2)
-    foreign.to_netcdf(tmp_path / "foreign.nc", engine=netcdf_engine())
-    (tmp_path / "notes.nc").write_text("not netCDF")
-    (tmp_path / "folder.zarr").mkdir()
-    (tmp_path / "file.zarr").write_text("")
-    (tmp_path / "link.zarr").symlink_to(builtin)
-    holds = {
-        builtin: "an anemoi-datasets dataset",  # the input dataset itself
-        other_dataset: "an anemoi-datasets dataset",
-        tmp_path / "foreign.zarr": "a zarr store not written by anemo-infer",
-        tmp_path / "foreign.nc": "a netCDF file not written by anemo-infer",
-        tmp_path / "notes.nc": "a file that is not a forecast of anemo-infer",
-        tmp_path / "folder.zarr": "a folder that is not a zarr store",
-        tmp_path / "file.zarr": "a file that is not a forecast of anemo-infer",
-        tmp_path / "link.zarr": "a symbolic link",
-    }
-    for output, what in holds.items():
-        message = setup_error(infer_config(skilled, "dates=[2000-11-01T00]", f"output={output}"))
-        assert message == (
-            f"output {output} holds {what}; anemo-infer only replaces a forecast it wrote itself: "
-            "remove it yourself or choose another path (output=...)"
-        )
-        documented(message, OUT=output)
-    inside = builtin / "forecast.zarr"
-    message = setup_error(infer_config(skilled, "dates=[2000-11-01T00]", f"output={inside}"))
-    assert message == f"output {inside} lies inside the zarr store {builtin}; choose a path outside it (output=...)"
-    documented(message, OUT=inside, PATH=builtin)
-    for name in ("again.zarr", "again.nc"):  # an earlier forecast of ours is replaced, in either format
-        for lead in ("6h", "12h"):
-            run_inference(
-                infer_config(skilled, "dates=[2000-11-01T00]", f"lead_time={lead}", f"output={tmp_path / name}")
-            )
-        with open_forecast(tmp_path / name) as forecast:
-            assert forecast.sizes["step"] == 2
-
-
-def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it(skilled, builtin, tmp_path) -> None:
-    dataset = shutil.copytree(builtin, tmp_path / "input.zarr")
-
-    def contents() -> dict[str, bytes]:
-        return {str(f.relative_to(dataset)): f.read_bytes() for f in sorted(dataset.rglob("*")) if f.is_file()}
-
-    before = contents()
-    args = [f"checkpoint={skilled}", f"dataset={dataset}", f"output={dataset}", "dates=[2000-11-01T00]"]
-    result = run_infer_cli(args, tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert f"output {dataset} holds an anemoi-datasets dataset" in result.stdout + result.stderr
-    assert contents() == before and not any(p.name.startswith(".input.zarr") for p in tmp_path.iterdir())
-
-
-@pytest.mark.parametrize(
-    "overrides, expected",
-    [
-        (
-            ["dates=[2000-11-01T00]", "output=forecast.csv"],
-            "config key 'output' = 'forecast.csv': the suffix picks the format: end the path in .nc or .zarr",
-        ),
-        (["output=f.nc"], "no initial dates: set dates=[...] or date_range.start=..."),
-        (
-            ["dates=[2000-11-31]", "output=f.nc"],
-            "config key 'dates' = ['2000-11-31']: cannot parse date '2000-11-31'; expected ISO 8601 like 2000-11-01T06",
-        ),
-        (
-            ["lead_tme=5d"],
-            "unknown config key 'lead_tme' (did you mean 'lead_time'?); allowed here: checkpoint, dataset, dates, "
-            "date_range, lead_time, output, batch_size, members, seed, ensemble_stats, device, precision, "
-            "num_threads, num_gpus_per_model, collective_timeout_minutes, verify, verification",
-        ),
-    ],
-    ids=["output-suffix", "no-dates", "bad-date", "misspelled-key"],
-)
-def test_config_errors(skilled, overrides: list[str], expected: str) -> None:
-    message = config_error(skilled, *overrides)
-    assert message == expected
-    documented(message)
 
 
 # ------------------------------------------------------------------------------------------------------- CLI
