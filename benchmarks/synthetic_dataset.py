@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -46,7 +47,11 @@ def main() -> None:
     try:
         grid = grid_from_name(args.grid)
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"argument --grid: {error}")
+    if args.dates < 1:
+        parser.error(f"argument --dates: at least 1 date is needed, got {args.dates}")
+    if Path(args.out).expanduser().exists():
+        parser.error(f"argument --out: {args.out} already exists; remove it first or choose another path")
     lat_deg, lon_deg = grid.latitudes, grid.longitudes
     lat, lon = np.deg2rad(lat_deg), np.deg2rad(lon_deg)
     dates = np.datetime64("2000-10-25T00:00:00", "s") + np.arange(args.dates) * np.timedelta64(6, "h")

@@ -6,11 +6,12 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
-BASE = {"atomic_io", "interrupts", "partition", "progress"}  # single modules every layer may use
+BASE = {"atomic_io", "interrupts", "links", "partition", "progress"}  # single modules every layer may use
 # package -> the packages it may import; docs/architecture.md describes each layer
 ALLOWED: dict[str, set[str]] = {
     "atomic_io": {"interrupts"},
     "interrupts": set(),
+    "links": set(),
     "partition": set(),
     "progress": set(),
     "config": BASE,

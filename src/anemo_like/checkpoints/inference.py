@@ -18,6 +18,8 @@ from torch_geometric.data import HeteroData
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.finite import check_finite_weights
+from anemo_like.checkpoints.locate import checkpoint_file
+from anemo_like.checkpoints.stored_config import stored_run_config
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableLayout, VariableRoles
@@ -78,13 +80,14 @@ def saved_normalizer(saved: dict[str, Any]) -> Normalizer:
 def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
     """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"inference checkpoint {path} does not exist")
+    missing = f"inference checkpoint {path} does not exist"
+    checkpoint_file(path, key="checkpoint", formats=("inference",), missing=missing)
     state: dict[str, Any] = load_weights_only(path, what="inference checkpoint")
     if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
         raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
     check_finite_weights(state["state_dict"], path, what="inference checkpoint")
-    config = RunConfig.model_validate_json(state["config"])
+    version = state.get("package_version")
+    config = stored_run_config(state["config"], path, what="inference checkpoint", version=version)
     config = config.model_copy(update={"model": with_graph_backend_from_environment(config.model)})
     graph = graph_from_tensors(state["graph"])
     layout = VariableLayout(**state["layout"])

@@ -15,19 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pydantic
 import torch
 
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.finite import check_finite_weights
-from anemo_like.config.schema import RunConfig
+from anemo_like.checkpoints.locate import LATEST, STEP_FILES, checkpoint_file
+from anemo_like.checkpoints.stored_config import stored_run_config
 from anemo_like.graphs.serialization import load_weights_only
 
 LOG = logging.getLogger(__name__)
 
 TRAINING_FORMAT = "anemo_like-training-v1"
-LATEST = "last.pt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -93,7 +92,7 @@ def save_training_checkpoint(
         path,
     )
     _point_latest_at(path)
-    for old in [p for p in sorted(folder.glob("step-*.pt")) if checkpoint_run_id(p) == run_id][:-keep_last]:
+    for old in [p for p in sorted(folder.glob(STEP_FILES)) if checkpoint_run_id(p) == run_id][:-keep_last]:
         old.unlink(missing_ok=True)
     return path
 
@@ -142,10 +141,10 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 
 def load_training_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a training checkpoint; raises naming the file when it is missing, corrupted, unsafe or of another format."""
-
-    if not path.is_file():
-        raise FileNotFoundError(f"training checkpoint {path} does not exist (training.resume)")
+    """Read a training checkpoint; raises naming the file when it is missing, a folder, corrupted, unsafe or of
+    another format."""
+    missing = f"training checkpoint {path} does not exist (training.resume)"
+    checkpoint_file(path, key="training.resume", formats=("training",), missing=missing)
     state = load_weights_only(path, what="training checkpoint (training.resume)")
     if not isinstance(state, dict) or state.get("format") != TRAINING_FORMAT:
         raise ValueError(f"{path} is not an anemo_like training checkpoint (expected format {TRAINING_FORMAT})")
@@ -204,7 +203,10 @@ def read_resume_state(path: Path, *, config: dict[str, Any], graph_hash: str) ->
     graph of ``graph_hash``: same graph, same values under RESUME_MUST_MATCH."""
     state = load_training_checkpoint(path)
     check_checkpoint_versions(state, path, config=config, graph_hash=graph_hash)
-    mismatches = resume_mismatches(_with_defaults(json.loads(state["config"])), config)
+    saved, unreadable = _saved_config(state, path)
+    mismatches = resume_mismatches(saved, config)
+    if mismatches and unreadable is not None:  # not comparable: say why
+        raise unreadable
     if mismatches:
         raise ValueError(
             f"training.resume: {path} was written by a run whose config differs where the weights depend on it:\n  "
@@ -223,9 +225,13 @@ def resume_path(resume: str | None, folder: Path) -> Path | None:
     return path
 
 
-def _with_defaults(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved config with the defaults of keys added since it was written (as it was, if it no longer validates)."""
+def _saved_config(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], ValueError | None]:
+    """A checkpoint's saved config with the defaults of keys added since it was written; as it was, with the error
+    naming what no longer validates, if it does not."""
+    also = f", or start a new run from its weights (training.init_from={path})"
+    what = "training checkpoint (training.resume)"
     try:
-        return RunConfig.model_validate(saved).model_dump(mode="json")
-    except pydantic.ValidationError:
-        return saved
+        config = stored_run_config(state["config"], path, what=what, version=state.get("version"), also=also)
+    except ValueError as error:
+        return json.loads(state["config"]), error
+    return config.model_dump(mode="json"), None

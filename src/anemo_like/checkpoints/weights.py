@@ -10,6 +10,7 @@ from torch import Tensor
 
 from anemo_like.checkpoints.finite import check_finite_weights
 from anemo_like.checkpoints.inference import INFERENCE_FORMAT, saved_normalizer
+from anemo_like.checkpoints.locate import checkpoint_file
 from anemo_like.checkpoints.training import TRAINING_FORMAT
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.graphs.serialization import load_weights_only, tensors_fingerprint
@@ -28,8 +29,8 @@ class CheckpointWeights:
 
 def read_checkpoint_weights(path: Path, *, key: str) -> CheckpointWeights:
     """Read ``path`` (either format, ``weights_only``); errors name the config ``key`` that gave the path."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{key}: {path} does not exist; give an inference.pt or a training checkpoint")
+    missing = f"{key}: {path} does not exist; give an inference.pt or a training checkpoint"
+    checkpoint_file(path, key=key, formats=("inference", "training"), missing=missing)
     state = load_weights_only(path, what=f"checkpoint ({key})")
     fmt = state.get("format") if isinstance(state, dict) else None
     if fmt == INFERENCE_FORMAT:

@@ -85,8 +85,13 @@ def validate_schema(schema: type[Schema], config: Mapping[str, Any]) -> Schema:
     try:
         return schema.model_validate(config)
     except ValidationError as exc:
-        lines = [_describe(err, config, schema) for err in exc.errors()]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(config_problems(exc, config, schema))) from None
+
+
+def config_problems(error: ValidationError, config: Mapping[str, Any], schema: type[BaseModel]) -> list[str]:
+    """One line per problem of ``error`` (``schema`` validating ``config``), naming the key, value and what is
+    allowed."""
+    return [_describe(problem, config, schema) for problem in error.errors()]
 
 
 def validate_config(config: Mapping[str, Any]) -> RunConfig:

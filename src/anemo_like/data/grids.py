@@ -53,6 +53,8 @@ def octahedral_grid(n: int) -> Grid:
 
 def regular_grid(nlat: int, nlon: int) -> Grid:
     """A cell-centred ``nlat`` x ``nlon`` lat/lon grid, north to south."""
+    if nlat < 1 or nlon < 1:
+        raise ValueError(f"a regular grid NLATxNLON needs NLAT >= 1 and NLON >= 1, got {nlat}x{nlon}")
     edges = np.radians(np.linspace(90.0, -90.0, nlat + 1))
     latitudes = np.degrees((edges[:-1] + edges[1:]) / 2)
     bands = 2 * np.pi * (np.sin(edges[:-1]) - np.sin(edges[1:])) / nlon  # steradians per cell of each row

@@ -1,4 +1,5 @@
-"""A damaged anemoi-datasets zarr named file by file: broken metadata, undecodable chunks and missing chunk files.
+"""A damaged anemoi-datasets zarr named file by file: broken metadata, undecodable chunks and missing chunk files;
+and a dataset path with no dataset at it (nothing, a file, a symbolic link that leads nowhere).
 
 zarr reports a broken file without its name (a bare ``JSONDecodeError`` or ``error during blosc decompression``)
 and reads a missing chunk file as the fill value. These helpers find the file and say what it holds; they run when
@@ -18,6 +19,8 @@ from pathlib import Path
 import numcodecs
 import numpy as np
 import zarr
+
+from anemo_like.links import broken_link
 
 RECOPY = "re-copy or rebuild the dataset"
 _METADATA_FILES = (".zgroup", ".zattrs", ".zarray", ".zmetadata", "zarr.json")
@@ -206,6 +209,23 @@ def read_whole(array: zarr.Array, root: Path) -> np.ndarray:
         if corrupt is None:
             raise
         raise corrupt from error
+
+
+def dataset_folder(path: str | Path) -> Path:
+    """The folder a dataset path names, resolved; one message when nothing, a file or a broken link is there."""
+    given = Path(path).expanduser().absolute()
+    broken = broken_link(given)
+    if broken is not None:  # a loop would fail to resolve, a link to nothing be named by its target
+        raise FileNotFoundError(
+            f"{given}: no such dataset: the path {broken}; fix the link, or give the anemoi-datasets zarr directory "
+            "itself"
+        )
+    folder = given.resolve()
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder}: no such dataset (expected an anemoi-datasets zarr directory)")
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: is a file, not a dataset (expected an anemoi-datasets zarr directory)")
+    return folder
 
 
 def open_group(root: Path) -> zarr.Group:

@@ -29,6 +29,7 @@ from anemo_like.data.zarr_errors import (
     check_data_chunks,
     check_unique_variables,
     chunks_of,
+    dataset_folder,
     describe_data_chunk,
     find_undecodable_chunk,
     open_array,
@@ -218,11 +219,7 @@ def open_anemoi_zarr(path: str | Path) -> AnemoiZarr:
     Damaged files (metadata, chunks of the small arrays, missing chunk files of ``data``) raise
     :class:`CorruptDatasetError` naming the file.
     """
-    path = Path(path).expanduser().resolve()
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such dataset (expected an anemoi-datasets zarr directory)")
-    if not path.is_dir():
-        raise ValueError(f"{path}: is a file, not a dataset (expected an anemoi-datasets zarr directory)")
+    path = dataset_folder(path)
     group = open_group(path)
     attrs = dict(group.attrs)
     for key in ("variables", "frequency"):

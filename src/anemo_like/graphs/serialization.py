@@ -86,6 +86,10 @@ def load_weights_only(path: Path, *, what: str) -> Any:
     A file that is not a complete ``torch.save`` archive, or that holds pickled code (which ``weights_only``
     refuses to run), raises ValueError naming the file: never a loader traceback, never a hint to load it unsafely.
     """
+    if path.stat().st_size == 0:
+        raise ValueError(
+            f"{path} is not a valid {what}: the file is empty (0 bytes: a copy or a write that did not finish)"
+        )
     if not zipfile.is_zipfile(path):
         raise ValueError(
             f"{path} is not a valid {what}: not a complete torch.save archive (truncated, corrupted or another kind "

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from anemo_like.checkpoints.inference import save_inference_checkpoint
+from anemo_like.checkpoints.locate import INFERENCE_FILE
 from anemo_like.diagnostics.ensemble_plots import plot_ensemble_scores
 from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
 from anemo_like.models.rollout import rollout
@@ -107,7 +108,7 @@ def write_run_outputs(
 ) -> RunOutputs:
     """Write the inference checkpoint, the validation table and the plots; log the summary (rank 0 only)."""
     folder = run.placement.run_dir
-    inference_path = folder / "inference.pt"
+    inference_path = folder / INFERENCE_FILE
     save_inference_checkpoint(
         inference_path, model=run.model, config=run.config, roles=run.data.roles, normalizer=run.data.normalizer,
         graph=run.graph,

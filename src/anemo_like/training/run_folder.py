@@ -15,6 +15,8 @@ import os
 import socket
 from pathlib import Path
 
+from anemo_like.checkpoints.locate import CHECKPOINTS_FOLDER, training_checkpoints_in
+
 LOG = logging.getLogger(__name__)
 LOCK_FILE = ".run.lock"
 _held: set[int] = set()  # this process's lock descriptors: a forked child closes its copies (the lock stays ours)
@@ -51,7 +53,14 @@ def create_run_folder(run_dir: Path) -> None:
 
 def check_run_folder_is_free(run_dir: Path, *, resume: str | None) -> None:
     """Refuse to start a new run in ``run_dir`` when it holds another run's files. Continuing is allowed:
-    ``resume='auto'``, or a checkpoint inside the folder."""
+    ``resume='auto'``, or a checkpoint inside the folder. A run's checkpoints folder is refused as a run folder."""
+    held = training_checkpoints_in(run_dir)
+    if held and run_dir.name == CHECKPOINTS_FOLDER:
+        raise ValueError(
+            f"system.paths.output {run_dir} is the checkpoints folder of a run (it holds {held[0].name}), not a run "
+            f"folder: set system.paths.output={run_dir.parent} (with training.resume=auto to continue that run), or "
+            "choose another folder"
+        )
     found = sorted({str(p.relative_to(run_dir)) for pattern in RUN_FILES for p in run_dir.glob(pattern)})
     if not found:
         return

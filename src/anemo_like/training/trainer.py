@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from anemo_like.checkpoints.finite import first_nonfinite
+from anemo_like.checkpoints.locate import CHECKPOINTS_FOLDER, LATEST
 from anemo_like.checkpoints.training import (
     read_resume_state,
     resume_path,
@@ -92,7 +93,7 @@ class Trainer:
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.run_dir / "checkpoints" / "last.pt"
+        return self.run_dir / CHECKPOINTS_FOLDER / LATEST
 
     def save_checkpoint(self) -> None:
         """Write the step's checkpoint (rank 0; every rank checks the weights first, so all stop together if a

@@ -97,7 +97,8 @@ def load_matching_weights(model: nn.Module, source: CheckpointWeights, *, graph_
 
 def freeze_modules(model: nn.Module, paths: list[str]) -> int:
     """Stop training the modules at ``paths`` (``training.freeze``; e.g. ``encoder``, ``processor.layers.0``);
-    returns the number of frozen parameter values. An unknown path raises naming it, with the closest names."""
+    returns the number of frozen parameter values. An unknown path raises naming it, with the closest names, and so
+    does freezing every parameter (the optimiser would have none to train)."""
     modules = dict(model.named_modules())
     frozen = 0
     for path in paths:
@@ -109,6 +110,11 @@ def freeze_modules(model: nn.Module, paths: list[str]) -> int:
             if parameter.requires_grad:
                 parameter.requires_grad_(False)
                 frozen += parameter.numel()
+    if paths and not any(parameter.requires_grad for parameter in model.parameters()):
+        raise ValueError(
+            f"training.freeze=[{', '.join(paths)}] freezes every parameter of the model, so nothing would be trained: "
+            f"leave at least one module out of training.freeze (the top-level modules: {_top_level(model)})"
+        )
     if paths:
         total = sum(p.numel() for p in model.parameters())
         LOG.info("training.freeze %s: %d of %d parameter values frozen", paths, frozen, total)
