@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from inference_helpers import documented
 from test_bad_inputs import TINY_DATA, message_of, tiny_dataset
-from test_infer import documented
 
 import anemo_like
 from anemo_like.checkpoints.inference import load_inference_checkpoint
