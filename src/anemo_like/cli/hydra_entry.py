@@ -1,7 +1,8 @@
 """The shared front of every Hydra command: check the override keys, compose, validate, then run.
 
-The config is validated before torch is imported, so a bad key fails in well under a second. Errors the user
-can fix (bad config, config/dataset mismatch) print one message and exit with status 2. Any other failure prints
+The config is validated before torch is imported, so a bad key fails in well under a second; the overrides are
+checked before Hydra composes, and its errors are worded as one line (:mod:`anemo_like.cli.overrides`). Errors the
+user can fix (bad config, config/dataset mismatch) print one message and exit with status 2. Any other failure prints
 one paragraph naming the error and exits with status 1; ``--debug`` (anywhere on the command line) shows the
 full traceback instead. SIGTERM, SIGINT and SIGUSR1 are handled in every phase (:mod:`anemo_like.interrupts`): one
 line, and status 0 when the work is saved, else 128 + the signal number; a second signal while the command stops
@@ -25,8 +26,10 @@ from typing import Any, TypeVar
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from anemo_like.cli.overrides import check_overrides, composition_error
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 from anemo_like.config.yaml_errors import check_yaml_files, config_dirs
@@ -199,9 +202,12 @@ def _compose_and_run(
     check_keys: Callable[[list[str]], None],
     claims_run_folder: bool,
 ) -> None:
+    tree = config_dir() if config_path is None else config_path
+    directories = config_dirs(argv, tree)
     try:
+        check_overrides(argv, directories)
         check_keys(argv)
-        check_yaml_files(config_dirs(argv, config_dir() if config_path is None else config_path))
+        check_yaml_files(directories)
         check_hydra_run_dir(argv)
     except ConfigError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
@@ -231,8 +237,28 @@ def _compose_and_run(
     overrides = [i for i, a in enumerate(argv) if not a.startswith("-") and ("=" in a or a.startswith("~"))]
     after = overrides[-1] + 1 if overrides else len(argv)
     sys.argv = [program, *argv[:after], *deferred, *argv[after:]]
-    tree = config_dir() if config_path is None else config_path
-    hydra.main(config_path=str(tree), config_name=default_config, version_base="1.3")(composed)()
+    try:
+        with _hydra_raising():
+            hydra.main(config_path=str(tree), config_name=default_config, version_base="1.3")(composed)()
+    except HydraException as error:
+        if debug:
+            raise
+        print(f"{program}: invalid configuration:\n  {composition_error(error, argv)}", file=sys.stderr)
+        sys.exit(2)
+
+
+@contextlib.contextmanager
+def _hydra_raising() -> Iterator[None]:
+    """Hydra raises its errors (composing the config) instead of printing them with its hints and exiting 1."""
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR")
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
 
 
 def check_hydra_run_dir(argv: list[str]) -> None:

@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from anemo_like.config.system_schema import check_tracking_uri
 from anemo_like.tracking.mlflow_target import MlflowTarget, TrackingUnavailable
 from anemo_like.tracking.record import RunRecord
 from anemo_like.tracking.sync import sync
@@ -22,8 +23,17 @@ PROGRAM = "anemo-sync"
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[1])
     parser.add_argument("run_dir", type=Path, help="the run folder (holds tracking/run.json)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI; default: the one the run was trained with")
+    parser.add_argument(
+        "--tracking-uri", type=_tracking_uri, help="MLflow tracking URI; default: the one the run was trained with"
+    )
     return parser.parse_args(argv)
+
+
+def _tracking_uri(uri: str) -> str:
+    try:
+        return check_tracking_uri(uri)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"'{uri}': {error}") from None
 
 
 def fail(message: str, code: int) -> None:

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 TIMESTEP = re.compile(r"^\d+[mhd]$")  # a duration: whole number and unit m, h or d ("30m", "6h", "1d")
+# a random seed: numpy's legacy seeding (np.random.seed, training's seed_everything) takes 0 .. 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+def _not_empty(path: str) -> str:
+    if not path.strip():
+        raise ValueError("an empty path would mean the current folder; give a path")
+    return path
+
+
+PathText = Annotated[str, AfterValidator(_not_empty)]  # a path that must not be empty (or only spaces)
 
 
 class Strict(BaseModel):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from anemo_like.config.base import TIMESTEP, Strict
+from anemo_like.config.base import TIMESTEP, PathText, Seed, Strict
 
 NormalizerName = Literal["mean-std", "min-max", "none"]
 ComputedForcing = Literal["cos_julian_day", "sin_julian_day", "cos_local_time", "sin_local_time"]
@@ -58,13 +58,15 @@ class SplitsConfig(Strict):
 
 
 class DataConfig(Strict):
-    dataset: str = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
+    dataset: PathText = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
     val_dataset: str | None = Field(
         None,
         description="validate on another anemoi-datasets zarr of the same grid (another trajectory or period); "
         "data.splits.val picks its dates, data.dataset's statistics normalise it; null: data.dataset",
     )
-    builtin_seed: int = 0
+    builtin_seed: Seed = Field(
+        0, description="seed of the built-in dataset's initial perturbation (data.dataset builtin)"
+    )
     variables: VariablesConfig
     normalizer: NormalizerConfig = NormalizerConfig()
     splits: SplitsConfig = SplitsConfig()

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from anemo_like.config.base import TIMESTEP, Strict
+from anemo_like.config.base import TIMESTEP, PathText, Seed, Strict
 from anemo_like.config.validate import check_schema_keys, validate_schema
 
 OUTPUT_SUFFIXES = (".nc", ".zarr")
@@ -82,7 +82,7 @@ class VerificationConfig(Strict):
 class InferenceConfig(Strict):
     """The whole composed configuration of one ``anemo-infer`` run."""
 
-    checkpoint: str = Field(description="inference.pt written by anemo-train")
+    checkpoint: PathText = Field(description="inference.pt written by anemo-train")
     dataset: str | None = Field(
         None, description="anemoi-datasets zarr of the initial states (and truth); null: the checkpoint's data.dataset"
     )
@@ -94,7 +94,7 @@ class InferenceConfig(Strict):
     members: int = Field(
         1, ge=1, description="ensemble members per initial date; > 1 needs a checkpoint with processor noise"
     )
-    seed: int = Field(0, ge=0, description="seed of the members' processor noise")
+    seed: Seed = Field(0, description="seed of the members' processor noise")
     ensemble_stats: bool = Field(
         False, description="also write <var>_mean and <var>_spread (ddof 1) over the members (members > 1)"
     )

@@ -26,8 +26,18 @@ from anemo_like.config.base import Strict, is_power_of_two
 class GraphConfig(Strict):
     mesh_resolution: int = Field(4, ge=0, le=9, description="icosahedron refinements: 10*4^r+2 hidden nodes")
     cutoff_factor: float = Field(0.6, gt=0)
-    knn: int = Field(3, ge=1)
+    knn: int = Field(3, ge=1, description="hidden (mesh) nodes the decoder links each grid point to")
     cache: bool = True
+
+    @model_validator(mode="after")
+    def _knn_fits_the_mesh(self) -> GraphConfig:
+        hidden = 10 * 4**self.mesh_resolution + 2
+        if self.knn > hidden:
+            raise ValueError(
+                f"knn ({self.knn}) is more than the {hidden} hidden (mesh) nodes of mesh_resolution "
+                f"{self.mesh_resolution}; set graph.knn to at most {hidden} or raise graph.mesh_resolution"
+            )
+        return self
 
 
 # ---------------------------------------------------------------------------------------------- model

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from anemo_like.config.base import Strict
+from anemo_like.config.base import PathText, Strict
 
 
 # --------------------------------------------------------------------------------------------- system
@@ -43,8 +44,8 @@ class HardwareConfig(Strict):
 
 
 class PathsConfig(Strict):
-    output: str = Field(description="run folder for checkpoints, metrics and plots")
-    cache: str = Field(description="folder for the built-in dataset and cached graphs")
+    output: PathText = Field(description="run folder for checkpoints, metrics and plots")
+    cache: PathText = Field(description="folder for the built-in dataset and cached graphs")
 
 
 class SystemConfig(Strict):
@@ -53,6 +54,31 @@ class SystemConfig(Strict):
 
 
 # ---------------------------------------------------------------------------------------- diagnostics
+# MLflow tracking URI schemes: servers, then SQLAlchemy databases (with an optional driver, postgresql+psycopg2)
+SERVER_SCHEMES = ("http", "https", "databricks")
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def check_tracking_uri(uri: str) -> str:
+    """``uri`` when MLflow can track to it (a server or a database); else a ValueError saying what is wrong. A
+    folder path (MLflow's file store) is refused: MLflow 3 refuses it too."""
+    parts = urlsplit(uri)
+    scheme = "databricks" if uri == "databricks" else parts.scheme.lower().split("+")[0]
+    if not scheme:
+        problem = "no scheme"
+    elif scheme not in SERVER_SCHEMES + DATABASE_SCHEMES:
+        problem = f"unknown scheme '{parts.scheme}'"
+    elif scheme in ("http", "https") and not parts.hostname:
+        problem = "no host"
+    else:
+        return uri
+    schemes = ", ".join(SERVER_SCHEMES + DATABASE_SCHEMES[:-1])
+    raise ValueError(
+        f"{problem}; give an MLflow tracking URI of scheme {schemes} or {DATABASE_SCHEMES[-1]}, e.g. "
+        "http://host:5000 or sqlite:///path/mlflow.db"
+    )
+
+
 class ProfileConfig(Strict):
     """What ``anemo-profile`` runs: warm-up steps, timed steps, then steps under torch.profiler."""
 
@@ -92,13 +118,20 @@ class TrackingConfig(Strict):
 
     backend: Literal["none", "mlflow"] = Field("none", description="none: the run folder only; mlflow: also MLflow")
     tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI; None: sqlite:///<parent of the run folder>/mlflow.db (no server)"
+        None,
+        description="MLflow tracking URI: a server (http, https, databricks) or a database (sqlite, postgresql, "
+        "mysql, mssql); None: sqlite:///<parent of the run folder>/mlflow.db (no server)",
     )
     experiment_name: str = Field("anemo_like", min_length=1, description="MLflow experiment (created if missing)")
     run_name: str | None = Field(None, description="MLflow run name; None: the run folder's name")
     tags: dict[str, str] = Field({}, description="extra tags of the MLflow run")
     log_model: bool = Field(False, description="upload inference.pt as an artifact at the end of the run")
     send_every_s: float = Field(5.0, gt=0, description="the background sender sends what is new this often")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _known_scheme(cls, uri: str | None) -> str | None:
+        return uri if uri is None else check_tracking_uri(uri)
 
 
 class DiagnosticsConfig(Strict):

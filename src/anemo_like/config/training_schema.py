@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from anemo_like.config.base import Strict
+from anemo_like.config.base import Seed, Strict
 from anemo_like.config.loss_schema import ENSEMBLE_LOSSES, LossConfig, ScalersConfig
 
 
@@ -77,7 +77,7 @@ Precision = Literal["32", "tf32", "bf16-mixed", "16-mixed", "bf16"]
 
 
 class TrainingConfig(Strict):
-    seed: int = 42
+    seed: Seed = Field(42, description="seeds Python, numpy and torch at start, and the members' processor noise")
     precision: Precision = Field(
         "32",
         description="32; tf32 (fp32 matmuls in TF32 on GPUs); bf16-mixed / 16-mixed (autocast, 16-mixed with a "

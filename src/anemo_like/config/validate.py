@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,19 +18,52 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names each offending key, its value and what is allowed."""
 
 
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The config section a field holds: its model, one of a union's (``NoiseConfig | None``) or a list's items."""
+    candidates = [annotation, *get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+
+
 def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
-    """Field names allowed at ``path`` (the parent of the offending key), walking the schema."""
+    """Field names allowed at ``path`` (the parent of the offending key), walking the schema; an index of a list of
+    sections (``model.compile.0``) stays on its item."""
     current: Any = model
     for part in path:
-        field = current.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            return []
-        annotation = field.annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        current = None if field is None else _section(field.annotation)
         if current is None:
             return []
     return list(current.model_fields)
+
+
+def _schema_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every dotted key of ``model``: its sections and their keys (not inside lists or mappings)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append((*prefix, name))
+        section = None if get_origin(field.annotation) in (list, dict, tuple) else _section(field.annotation)
+        if section is not None:
+            keys += _schema_keys(section, (*prefix, name))
+    return keys
+
+
+def _suggestions(schema: type[BaseModel], path: tuple[str, ...], depth: int, allowed: list[str]) -> list[str]:
+    """Keys ``path`` may have meant, ``path[depth]`` being unknown: the same key in another section (``model.lr``:
+    ``training.optimizer.lr``), else a close name in this section, else a close key in another section."""
+    rest = ".".join(path[depth:])
+    elsewhere: dict[str, list[str]] = {}
+    for key in _schema_keys(schema):
+        if len(key) >= len(path) - depth:
+            elsewhere.setdefault(".".join(key[depth - len(path) :]), []).append(".".join(key))
+    if rest in elsewhere:
+        return elsewhere[rest]
+    close = difflib.get_close_matches(path[depth], allowed, n=1)
+    if close:
+        return [".".join([*path[:depth], close[0]])]
+    close = difflib.get_close_matches(rest, elsewhere, n=1)
+    return elsewhere[close[0]] if close else []
 
 
 def _value_at(config: Mapping[str, Any], path: tuple[str | int, ...]) -> Any:
@@ -43,10 +76,41 @@ def _value_at(config: Mapping[str, Any], path: tuple[str | int, ...]) -> Any:
     return value
 
 
-def _unknown_key(path: tuple[str | int, ...], depth: int, allowed: list[str]) -> str:
-    """The message for key ``path`` whose part ``path[depth]`` is not among ``allowed``, with a suggestion."""
-    guess = difflib.get_close_matches(str(path[depth]), allowed, n=1)
-    hint = f" (did you mean '{'.'.join([*map(str, path[:depth]), guess[0]])}'?)" if guess else ""
+def _held(loc: tuple[str | int, ...], config: Mapping[str, Any]) -> tuple[str | int, ...]:
+    """The part of ``loc`` the config holds: pydantic ends the loc of a union member's error with the member's name
+    (``model.encoder.num_chunks.int``, ``...num_chunks.literal['auto']``)."""
+    value: Any = config
+    for depth, part in enumerate(loc):
+        in_list = isinstance(value, list) and isinstance(part, int) and part < len(value)
+        if not (in_list or (isinstance(value, Mapping) and part in value)):
+            return loc[:depth]
+        value = value[part]
+    return loc
+
+
+def _merge_union_members(errors: list[Any], config: Mapping[str, Any]) -> list[Any]:
+    """pydantic's errors with those of one value's union members (an error each) merged into one error of its key:
+    ``Input should be a valid integer, ..., or 'auto'``."""
+    merged: list[Any] = []
+    keys: dict[tuple[str | int, ...], dict[str, Any]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        held = loc if error["type"] in ("missing", "extra_forbidden") else _held(loc, config)
+        if held == loc or not held:
+            merged.append(error)
+        elif held in keys:
+            keys[held]["msg"] += ", or " + error["msg"].removeprefix("Input should be ")
+        else:
+            keys[held] = {**error, "loc": held}
+            merged.append(keys[held])
+    return merged
+
+
+def _unknown_key(schema: type[BaseModel], path: tuple[str | int, ...], depth: int, allowed: list[str]) -> str:
+    """The message for key ``path`` whose part ``path[depth]`` is not among ``allowed``, with suggestions."""
+    guesses = [f"'{key}'" for key in _suggestions(schema, tuple(map(str, path)), depth, allowed)]
+    choices = " or ".join([", ".join(guesses[:-1]), guesses[-1]] if len(guesses) > 1 else guesses)
+    hint = f" (did you mean {choices}?)" if guesses else ""
     return f"unknown config key '{'.'.join(map(str, path))}'{hint}; allowed here: {', '.join(allowed)}"
 
 
@@ -54,15 +118,19 @@ def _describe(error: dict[str, Any], config: Mapping[str, Any], schema: type[Bas
     loc = tuple(error["loc"])
     key = ".".join(str(p) for p in loc) or "<root>"
     if error["type"] == "extra_forbidden":
-        return _unknown_key(loc, len(loc) - 1, _allowed_keys(schema, loc[:-1]))
+        return _unknown_key(schema, loc, len(loc) - 1, _allowed_keys(schema, loc[:-1]))
     value = _value_at(config, loc)
     message = error["msg"].removeprefix("Value error, ")
     if not loc:  # a rule across sections: its message names the keys
         return message
-    if isinstance(value, Mapping):  # a rule across several keys of a section: name the section only
+    section = _allowed_keys(schema, loc)
+    if isinstance(value, Mapping) and section:  # a rule across several keys of a section: name the section only
         return f"config section '{key}': {message}"
     if error["type"] == "missing":
         return _missing(key)
+    if error["type"] == "model_type" and section:  # pydantic names the section's class: name its keys instead
+        example = "" if any(isinstance(part, int) for part in loc) else f", e.g. {key}.{section[0]}=..."
+        message = f"expected a section of keys {', '.join(section)}{example}"
     return f"config key '{key}' = {value!r}: {message}"
 
 
@@ -91,7 +159,7 @@ def validate_schema(schema: type[Schema], config: Mapping[str, Any]) -> Schema:
 def config_problems(error: ValidationError, config: Mapping[str, Any], schema: type[BaseModel]) -> list[str]:
     """One line per problem of ``error`` (``schema`` validating ``config``), naming the key, value and what is
     allowed."""
-    return [_describe(problem, config, schema) for problem in error.errors()]
+    return [_describe(problem, config, schema) for problem in _merge_union_members(error.errors(), config)]
 
 
 def validate_config(config: Mapping[str, Any]) -> RunConfig:
@@ -117,7 +185,7 @@ def check_schema_keys(schema: type[BaseModel], arguments: list[str]) -> None:
             if not allowed:  # free-form mapping (e.g. per-variable weights): anything goes below here
                 break
             if path[depth] not in allowed:
-                problems.append(_unknown_key(path, depth, allowed))
+                problems.append(_unknown_key(schema, path, depth, allowed))
                 break
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
