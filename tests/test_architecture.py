@@ -102,3 +102,14 @@ def test_files_and_functions_stay_small() -> None:
                 lines = node.end_lineno - node.lineno + 1
                 too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {lines} lines (at most 60)")
     assert not too_long, "\n".join(too_long)
+
+
+def test_benchmarks_and_tests_stay_under_400_lines() -> None:
+    repo = PACKAGE.parents[1]
+    too_long = [
+        f"{path.relative_to(repo)}: {lines} lines (at most 400)"
+        for folder in (repo / "benchmarks", repo / "tests")
+        for path in sorted(folder.rglob("*.py"))
+        if (lines := path.read_text().count("\n")) > 400
+    ]
+    assert not too_long, "\n".join(too_long)
