@@ -152,8 +152,8 @@ class RunConfig(Strict):
         members, per_ensemble = self.training.ensemble.members, self.system.hardware.num_gpus_per_ensemble
         if members > 1 and self.model.noise is None:
             raise ValueError(
-                f"training.ensemble.members={members} needs model.noise (on the command line: +model.noise.channels=16): without "
-                "noise every member is the same forecast"
+                f"training.ensemble.members={members} needs model.noise (on the command line: "
+                "+model.noise.channels=16): without noise every member is the same forecast"
             )
         if members == 1 and self.model.noise is not None:
             raise ValueError(
