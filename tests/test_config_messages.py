@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
+from bad_input_helpers import config_error, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from inference_helpers import config_error as infer_config_error
 from inference_helpers import documented
-from test_bad_inputs import config_error, run_cli
 
 from anemo_like.cli.overrides import check_overrides, composition_error
 from anemo_like.cli.sync import main as anemo_sync

@@ -4,7 +4,7 @@ zero-sized layers, Adam betas outside [0, 1) and non-finite numbers; the values 
 from __future__ import annotations
 
 import pytest
-from test_bad_inputs import config_error
+from bad_input_helpers import config_error
 from test_contradictions import accepted, one_problem
 
 from anemo_like.config import RunConfig

@@ -5,14 +5,14 @@ validation windows and more mapper chunks than nodes (impossible single values: 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
+import bad_input_helpers
 import pytest
+from bad_input_helpers import TINY_DATA, config_error, message_of
 from conftest import latlon_graph
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from test_bad_inputs import TINY_DATA, config_error, message_of, tiny_dataset
 from test_data_parallel import launch, wait_all
 from test_model import make_model
 
@@ -27,25 +27,12 @@ CHUNK_VARIABLES = (
     "ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER",
     "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR",
 )
-# The tiny dataset (tests/test_bad_inputs.py): 20 dates, 2000-01-01T00 .. 2000-01-05T18, 6-hourly, 128 grid points.
+# The tiny dataset (tests/bad_input_helpers.py): 20 dates, 2000-01-01T00 .. 2000-01-05T18, 6-hourly, 128 grid points.
 # TINY_DATA splits it into train (None .. 2000-01-03T18: 12 dates, 10 samples of 3 states) and val (2000-01-04T00 ..
 # None: 8 dates, 6 samples); graph.mesh_resolution=1 (conftest.TINY_MODEL) gives 42 hidden nodes.
 TRAIN = "data.splits.train (None .. 2000-01-03T18)"
 
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    return tiny_dataset(tmp_path_factory.mktemp("data") / "tiny.zarr")
-
-
-@pytest.fixture
-def tiny_run(tmp_path, compose_run, dataset) -> Callable[..., RunConfig]:
-    """tiny_run(*overrides) -> validated config of a tiny model on the tiny dataset."""
-
-    def tiny_run(*overrides: str) -> RunConfig:
-        return compose_run(tmp_path / "run", [f"data.dataset={dataset}", *TINY_DATA, *overrides])
-
-    return tiny_run
+dataset, tiny_run = bad_input_helpers.dataset, bad_input_helpers.tiny_run  # the shared fixtures
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from bad_input_helpers import TINY_DATA, VARIABLES, assert_cli_cases, message_of, tiny_dataset
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from test_bad_inputs import TINY_DATA, VARIABLES, assert_cli_cases, message_of, tiny_dataset
 from torch._utils import ExceptionWrapper
 
 from anemo_like.config import RunConfig

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from bad_input_helpers import TINY_DATA, tiny_dataset
 from distributed_checks import free_port
 from inference_helpers import config_error, documented, infer_config, run_infer_cli, setup_error
-from test_bad_inputs import TINY_DATA, tiny_dataset
 from test_data_parallel import wait_all
 
 from anemo_like.inference import load_inference_checkpoint

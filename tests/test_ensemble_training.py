@@ -12,8 +12,8 @@ import logging
 import numpy as np
 import pytest
 import torch
+from bad_input_helpers import N_DATES, N_LAT, N_LON, TINY_DATA, VARIABLES, tiny_grid
 from conftest import latlon_graph
-from test_bad_inputs import N_DATES, N_LAT, N_LON, TINY_DATA, VARIABLES, tiny_grid
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.config.validate import ConfigError

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from bad_input_helpers import N_DATES, N_LAT, N_LON, config_error, tiny_grid
 from conftest import SHARED_DATASET
-from test_bad_inputs import N_DATES, N_LAT, N_LON, config_error, tiny_grid
 
 from anemo_like.config.loss_schema import LossConfig, NodeMask, NodeScaler, PressureLevelScaler, TendencyScaler
 from anemo_like.data.setup import setup_data

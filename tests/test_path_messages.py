@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from bad_input_helpers import TINY_DATA, message_of, tiny_dataset
 from inference_helpers import documented
-from test_bad_inputs import TINY_DATA, message_of, tiny_dataset
 
 import anemo_like
 from anemo_like.checkpoints.inference import load_inference_checkpoint

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_bad_inputs import Payload
+from bad_input_helpers import Payload
 
 from anemo_like.checkpoints.training import load_training_checkpoint
 from anemo_like.config.validate import ConfigError

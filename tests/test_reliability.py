@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from bad_input_helpers import message_of
 from conftest import TINY_MODEL
-from test_bad_inputs import message_of
 
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.inference import load_inference_checkpoint

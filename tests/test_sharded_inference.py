@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 import xarray as xr
+from bad_input_helpers import TINY_DATA, tiny_dataset
 from distributed_checks import free_port
-from test_bad_inputs import TINY_DATA, tiny_dataset
 from test_data_parallel import wait_all
 
 from anemo_like.training.trainer import Trainer
