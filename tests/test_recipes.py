@@ -105,6 +105,26 @@ def test_warm_start_from_another_grid_of_as_many_points_keeps_the_graph_bound_te
         assert f"  loaded        {len(here) - len(bound):5d} parameters" in caplog.text
 
 
+def test_warm_start_from_a_checkpoint_recording_no_graph_keeps_the_graph_bound_tensors_fresh(
+    tmp_path, compose_run, source, caplog
+) -> None:
+    state = torch.load(source.training_checkpoint, weights_only=True)
+    del state["graph_hash"]  # as written before checkpoints recorded their graph
+    older = tmp_path / "older.pt"
+    torch.save(state, older)
+    overrides = [*SHORT, "training.max_steps=1", f"training.init_from={older}"]
+    with caplog.at_level(logging.INFO, logger="anemo_like.training.warm_start"):
+        warm = Trainer(compose_run(tmp_path / "run", overrides))
+    here = parameters(warm)
+    bound = graph_bound(here)
+    assert bound and all(not here[name].any() for name in bound)  # the same graph, but nothing says so
+    assert all(torch.equal(p, state["model"][name]) for name, p in here.items() if name not in bound)
+    assert (
+        f"  the checkpoint {older} records no graph (this run's is {warm.graph_hash}): the graph-bound parameters "
+        "(trainable node and edge features) keep their fresh initialisation"
+    ) in caplog.text
+
+
 def test_warm_start_refusals(tmp_path, compose_run, source) -> None:
     with pytest.raises(ConfigError, match=r"init_from .* and resume .* cannot be combined"):
         compose_run(tmp_path, [f"training.init_from={source.inference_checkpoint}",
