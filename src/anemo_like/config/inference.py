@@ -103,6 +103,12 @@ class InferenceConfig(Strict):
         "fp32", description="bf16 / fp16: model weights and activations in that precision; the file is float32"
     )
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; null keeps torch's default")
+    memory_budget_gb: float | None = Field(
+        None,
+        gt=0,
+        description="memory the forecasts may use (held until the write, and a batch through the model); null: what "
+        "the device has (CPU: MemAvailable, within RLIMIT_AS; GPU: its total memory, the held forecast the host's)",
+    )
     num_gpus_per_model: int | None = Field(
         None,
         ge=1,

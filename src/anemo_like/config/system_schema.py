@@ -17,8 +17,9 @@ class HardwareConfig(Strict):
     memory_budget_gb: float | None = Field(
         None,
         gt=0,
-        description="memory per model instance for the memory plan (num_chunks and gradient_checkpointing auto); "
-        "None: 80 % of what the device has",
+        description="memory per model instance: the memory plan (num_chunks and gradient_checkpointing auto) fits "
+        "it, and set-up refuses ensemble members, batches or a rollout that cannot; None: the plan takes 80 % of what "
+        "the device has, the refusals all of it",
     )
     release_cpu_heap_mib: float | None = Field(
         32.0, gt=0, description="on CPU, return free heap to the OS once the process grew this much; None: never"

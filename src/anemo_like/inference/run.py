@@ -14,6 +14,7 @@ from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
+from anemo_like.inference.memory_fit import check_forecasts_fit
 from anemo_like.inference.output import (
     check_finite_forecasts,
     check_output,
@@ -121,6 +122,7 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     ranks = place_inference(config, launch, model=bundle.model, trained=bundle.config)
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint)
     plot_variable = _check_verification(config, inputs)
+    check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
         "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, dataset %s",
         checkpoint,

@@ -197,3 +197,13 @@ def component_models(
             "decoder", SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes), row_bytes
         ),
     }
+
+
+def eval_peak_bytes(models: dict[str, MapperModel | ProcessorModel], encoder_chunks: int, decoder_chunks: int) -> int:
+    """Activation peak of a forward without gradients (validation, inference): the processor's, or a mapper's in
+    its chunk count, whichever is larger."""
+    return max(
+        models["processor"].eval_bytes(),
+        models["encoder"].eval_bytes(encoder_chunks),
+        models["decoder"].eval_bytes(decoder_chunks),
+    )

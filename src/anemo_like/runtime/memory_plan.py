@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +26,7 @@ from anemo_like.runtime.memory_model import (
     component_models,
     static_bytes,
 )
+from anemo_like.runtime.process_memory import available_memory
 
 LOG = logging.getLogger(__name__)
 
@@ -243,12 +243,6 @@ def count_parameters(
 
 
 def device_memory_bytes(device: torch.device) -> int:
-    """80 % of the device's memory: GPU total, or the memory the system has available for a CPU run."""
-    if device.type == "cuda":
-        return int(0.8 * torch.cuda.get_device_properties(device).total_memory)
-    try:
-        with open("/proc/meminfo") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(0.8 * int(fields["MemAvailable"].split()[0]) * 1024)
-    except (OSError, KeyError, ValueError):
-        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    """80 % of the device's memory: GPU total, or the memory the system has available for a CPU run (within the
+    process's address-space limit)."""
+    return int(0.8 * available_memory(device).bytes)

@@ -1,8 +1,11 @@
-"""Process memory readings from /proc/self/status (Linux); ``None`` where unavailable."""
+"""Process memory readings from /proc/self/status (Linux); ``None`` where unavailable. The memory a process can
+still allocate on a device (:func:`available_memory`)."""
 
 from __future__ import annotations
 
 import os
+import resource
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -63,3 +66,31 @@ def current_memory_mib(device: torch.device) -> float | None:
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device) / 2**20
     return current_rss_mib()
+
+
+@dataclass(frozen=True)
+class AvailableMemory:
+    """Bytes a run may still allocate, and where the figure comes from (a config key, MemAvailable, ...)."""
+
+    bytes: int
+    source: str
+
+
+def available_memory(device: torch.device) -> AvailableMemory:
+    """What this process can allocate on ``device``: a GPU's total memory; on CPU the system's MemAvailable
+    (/proc/meminfo; else the physical memory), or the room left under the process's address-space limit
+    (RLIMIT_AS less what it maps now) where that is less."""
+    if device.type == "cuda":
+        return AvailableMemory(torch.cuda.get_device_properties(device).total_memory, "the GPU's total memory")
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        memory = AvailableMemory(int(fields["MemAvailable"].split()[0]) * 1024, "MemAvailable")
+    except (OSError, KeyError, ValueError):
+        memory = AvailableMemory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical memory")
+    limit, mapped = resource.getrlimit(resource.RLIMIT_AS)[0], _status_kib("VmSize")
+    if limit != resource.RLIM_INFINITY and mapped is not None and limit - mapped * 1024 < memory.bytes:
+        return AvailableMemory(
+            max(0, limit - mapped * 1024), f"RLIMIT_AS {limit / 2**30:.1f} GiB less the {mapped / 2**20:.1f} GiB mapped"
+        )
+    return memory

@@ -56,6 +56,7 @@ from anemo_like.training.ema import WeightAverage
 from anemo_like.training.ensemble import EnsembleMembers
 from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
 from anemo_like.training.loss import WeightedLoss
+from anemo_like.training.memory_fit import check_training_fits
 from anemo_like.training.optimizer import build_adamw
 from anemo_like.training.run_folder import check_run_folder_is_free, create_run_folder, remove_stale_temporary_files
 from anemo_like.training.scalers import build_loss
@@ -306,6 +307,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     )
     config = config.model_copy(update={"model": model_config})
     check_chunks_fit_graph(config.model, graph)
+    check_training_fits(config, graph, data, validation_chunks, device=placement.device, launch=placement.launch)
     memory_before_model = (current_memory_mib(placement.device) or 0.0, peak_memory_mib(placement.device) or 0.0)
     model, parallel = build_model(
         config, graph=graph, graph_hash=graph_hash, data=data, placement=placement, dtype=precision.param_dtype,
