@@ -20,7 +20,7 @@ from inference_helpers import documented
 
 import anemo_like
 from anemo_like.checkpoints.inference import load_inference_checkpoint
-from anemo_like.checkpoints.training import load_training_checkpoint, read_resume_state
+from anemo_like.checkpoints.training import load_training_checkpoint, read_resume_state, resume_path
 from anemo_like.checkpoints.weights import read_checkpoint_weights
 from anemo_like.config.schema import ModelConfig
 from anemo_like.data.grids import grid_from_name
@@ -176,6 +176,23 @@ def test_a_checkpoints_folder_is_refused_as_the_run_folder(run, tmp_path) -> Non
     )
     assert sorted(os.listdir(folder)) == before
     documented(message, RUN=folder.parent)
+
+
+def test_resume_auto_without_last_pt_names_the_step_files_instead_of_writing_over_them(run, tmp_path) -> None:
+    folder = Path(shutil.copytree(run / "checkpoints", tmp_path / "run" / "checkpoints"))
+    (folder / "last.pt").unlink()  # deleted, or lost in a copy
+    before = sorted(os.listdir(folder))
+    message = message_of(lambda: resume_path("auto", folder))
+    assert message == (
+        f"training.resume=auto: {folder} holds step checkpoints ({STEPS}) but no last.pt to say which is this run's "
+        f"latest; pass the one to resume from, e.g. training.resume={folder}/step-000000002.pt, or choose another "
+        "folder (system.paths.output=...)"
+    )
+    assert sorted(os.listdir(folder)) == before
+    documented(message, RUN=folder.parent)
+    shutil.rmtree(folder)
+    folder.mkdir()
+    assert resume_path("auto", folder) is None  # nothing to write over: a fresh start
 
 
 # ------------------------------------------------------------------------------------------ stored configs

@@ -20,7 +20,7 @@ import torch
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.finite import check_finite_weights
-from anemo_like.checkpoints.locate import LATEST, STEP_FILES, checkpoint_file
+from anemo_like.checkpoints.locate import LATEST, STEP_FILES, checkpoint_file, training_checkpoints_in
 from anemo_like.checkpoints.stored_config import stored_run_config
 from anemo_like.graphs.serialization import load_weights_only
 
@@ -220,6 +220,14 @@ def resume_path(resume: str | None, folder: Path) -> Path | None:
     if resume != "auto":
         return None if resume is None else Path(resume).expanduser()
     path = latest_checkpoint(folder)
+    steps = training_checkpoints_in(folder)
+    if path is None and steps:  # starting afresh would write over them
+        names = ", ".join(step.name for step in steps[:3]) + (f" and {len(steps) - 3} more" if len(steps) > 3 else "")
+        raise ValueError(
+            f"training.resume=auto: {folder} holds step checkpoints ({names}) but no {LATEST} to say which is this "
+            f"run's latest; pass the one to resume from, e.g. training.resume={steps[0]}, or choose another folder "
+            "(system.paths.output=...)"
+        )
     if path is None:
         LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", folder)
     return path
