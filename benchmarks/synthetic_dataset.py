@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +51,13 @@ def main() -> None:
         parser.error(f"argument --grid: {error}")
     if args.dates < 1:
         parser.error(f"argument --dates: at least 1 date is needed, got {args.dates}")
-    if Path(args.out).expanduser().exists():
+    out = Path(args.out).expanduser().absolute()
+    if out.exists():
         parser.error(f"argument --out: {args.out} already exists; remove it first or choose another path")
+    above = next(folder for folder in out.parents if folder.exists())  # what the missing folders are made in
+    if not above.is_dir() or not os.access(above, os.W_OK):
+        why = "is a file, not a folder" if not above.is_dir() else "is not writable"
+        parser.error(f"argument --out: {args.out} cannot be created: {above} {why}; choose a path you can write")
     lat_deg, lon_deg = grid.latitudes, grid.longitudes
     lat, lon = np.deg2rad(lat_deg), np.deg2rad(lon_deg)
     dates = np.datetime64("2000-10-25T00:00:00", "s") + np.arange(args.dates) * np.timedelta64(6, "h")

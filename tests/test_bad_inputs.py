@@ -18,7 +18,9 @@ from bad_input_helpers import (
     tiny_dataset,
     tiny_grid,
 )
+from inference_helpers import documented
 
+from anemo_like.config.schema import ModelConfig
 from anemo_like.data.setup import setup_data
 
 dataset, tiny_run = bad_input_helpers.dataset, bad_input_helpers.tiny_run  # the shared fixtures
@@ -113,6 +115,12 @@ CONFIG_CASES = {
 @pytest.mark.parametrize("overrides, pattern", CONFIG_CASES.values(), ids=CONFIG_CASES)
 def test_config(overrides: list[str], pattern: str) -> None:
     assert_message(config_error(*overrides), pattern)
+
+
+def test_a_misspelled_key_lists_every_key_of_its_section_as_documented() -> None:
+    message = config_error("model.num_chanels=3").removeprefix("invalid configuration:\n  ")
+    assert message.endswith(f"allowed here: {', '.join(ModelConfig.model_fields)}")
+    documented(message)
 
 
 # ------------------------------------------------------------------------------------------------------ data

@@ -309,3 +309,19 @@ def test_synthetic_dataset_refuses_an_existing_output(tmp_path, monkeypatch, cap
         f"synthetic_dataset.py: error: argument --out: {out} already exists; remove it first or choose another path"
     )
     documented(message, OUT=out)
+
+
+def test_synthetic_dataset_refuses_an_output_below_a_file(tmp_path, monkeypatch, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = blocker / "sub" / "s.zarr"
+    monkeypatch.setattr(sys, "argv", [str(SYNTHETIC_DATASET), "--out", str(out)])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(SYNTHETIC_DATASET), run_name="__main__")
+    assert info.value.code == 2 and blocker.read_text() == ""
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert message == (
+        f"synthetic_dataset.py: error: argument --out: {out} cannot be created: {blocker} is a file, not a folder; "
+        "choose a path you can write"
+    )
+    documented(message.replace(str(out), "OUT").replace(str(blocker), "FILE"))
