@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bad_input_helpers import TINY_DATA, tiny_dataset
 from test_reliability import RUN, error_line, finish, writer_end_once_read
 
 from anemo_like.atomic_io import DiskFull, disk_full
@@ -66,8 +67,6 @@ def test_training_on_a_full_file_system(tmp_path, cache_dir) -> None:
 
 def test_anemo_infer_full_disk_and_signals_while_forecasting(tmp_path, compose_run) -> None:
     """A 1-step model of the tiny dataset; forecasts whose input chunk is a FIFO block in the forecast phase."""
-    from test_bad_inputs import TINY_DATA, tiny_dataset
-
     dataset = tiny_dataset(tmp_path / "tiny.zarr")
     Trainer(compose_run(tmp_path / "run", [f"data.dataset={dataset}", *TINY_DATA, "training.max_steps=1"])).fit()
     infer = [sys.executable, "-m", "anemo_like.cli.infer", f"checkpoint={tmp_path / 'run' / 'inference.pt'}",
