@@ -165,8 +165,13 @@ def test_an_empty_checkpoint_file_is_named_empty(tmp_path) -> None:
     documented(message, FILE=empty)
 
 
+def copied_checkpoints(run: Path, tmp_path: Path) -> Path:
+    """A copy of the run's checkpoints folder, in a run folder of ``tmp_path``."""
+    return Path(shutil.copytree(run / "checkpoints", tmp_path / "run" / "checkpoints"))
+
+
 def test_a_checkpoints_folder_is_refused_as_the_run_folder(run, tmp_path) -> None:
-    folder = Path(shutil.copytree(run / "checkpoints", tmp_path / "run" / "checkpoints"))
+    folder = copied_checkpoints(run, tmp_path)
     before = sorted(os.listdir(folder))
     message = message_of(lambda: check_run_folder_is_free(folder, resume="auto"))
     assert message == (
@@ -179,7 +184,7 @@ def test_a_checkpoints_folder_is_refused_as_the_run_folder(run, tmp_path) -> Non
 
 
 def test_resume_auto_without_last_pt_names_the_step_files_instead_of_writing_over_them(run, tmp_path) -> None:
-    folder = Path(shutil.copytree(run / "checkpoints", tmp_path / "run" / "checkpoints"))
+    folder = copied_checkpoints(run, tmp_path)
     (folder / "last.pt").unlink()  # deleted, or lost in a copy
     before = sorted(os.listdir(folder))
     message = message_of(lambda: resume_path("auto", folder))

@@ -24,6 +24,11 @@ def training_checkpoints_in(folder: Path) -> list[Path]:
     return [latest, *steps] if latest.is_file() else steps
 
 
+def listed(names: list[str], most: int) -> str:
+    """``names`` joined by commas, the first ``most`` of them and how many more ("a, b and 3 more")."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def checkpoint_file(path: Path, *, key: str, formats: tuple[Format, ...], missing: str) -> Path:
     """``path`` when it is a file; else raise: a folder or a broken symbolic link (ValueError naming ``key``, what
     the path is and the file of ``formats`` to pass), nothing at all (FileNotFoundError with ``missing``)."""

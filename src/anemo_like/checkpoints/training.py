@@ -20,7 +20,7 @@ import torch
 import anemo_like
 from anemo_like.atomic_io import atomic_torch_save
 from anemo_like.checkpoints.finite import check_finite_weights
-from anemo_like.checkpoints.locate import LATEST, STEP_FILES, checkpoint_file, training_checkpoints_in
+from anemo_like.checkpoints.locate import LATEST, STEP_FILES, checkpoint_file, listed, training_checkpoints_in
 from anemo_like.checkpoints.stored_config import stored_run_config
 from anemo_like.graphs.serialization import load_weights_only
 
@@ -134,12 +134,6 @@ def check_checkpoint_versions(state: dict[str, Any], path: Path, *, config: dict
         LOG.info("%s: config hash %s differs from this run's %s", path, saved_hash, config_hash(config))
 
 
-def latest_checkpoint(folder: Path) -> Path | None:
-    """``folder/last.pt`` if it exists (``training.resume: auto``)."""
-    latest = folder / LATEST
-    return latest if latest.is_file() else None
-
-
 def load_training_checkpoint(path: Path) -> dict[str, Any]:
     """Read a training checkpoint; raises naming the file when it is missing, a folder, corrupted, unsafe or of
     another format."""
@@ -219,18 +213,17 @@ def resume_path(resume: str | None, folder: Path) -> Path | None:
     """The checkpoint ``training.resume`` names: a path, or with ``auto`` ``folder``'s latest (None: start afresh)."""
     if resume != "auto":
         return None if resume is None else Path(resume).expanduser()
-    path = latest_checkpoint(folder)
-    steps = training_checkpoints_in(folder)
-    if path is None and steps:  # starting afresh would write over them
-        names = ", ".join(step.name for step in steps[:3]) + (f" and {len(steps) - 3} more" if len(steps) > 3 else "")
+    held = training_checkpoints_in(folder)  # last.pt first, when there is one
+    if held and held[0].name == LATEST:
+        return held[0]
+    if held:  # starting afresh would write over them
         raise ValueError(
-            f"training.resume=auto: {folder} holds step checkpoints ({names}) but no {LATEST} to say which is this "
-            f"run's latest; pass the one to resume from, e.g. training.resume={steps[0]}, or choose another folder "
-            "(system.paths.output=...)"
+            f"training.resume=auto: {folder} holds step checkpoints ({listed([p.name for p in held], 3)}) but no "
+            f"{LATEST} to say which is this run's latest; pass the one to resume from, e.g. training.resume={held[0]}, "
+            "or choose another folder (system.paths.output=...)"
         )
-    if path is None:
-        LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", folder)
-    return path
+    LOG.info("training.resume=auto: no checkpoint in %s yet, starting from step 0", folder)
+    return None
 
 
 def _saved_config(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], ValueError | None]:

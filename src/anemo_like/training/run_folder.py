@@ -15,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-from anemo_like.checkpoints.locate import CHECKPOINTS_FOLDER, training_checkpoints_in
+from anemo_like.checkpoints.locate import CHECKPOINTS_FOLDER, listed, training_checkpoints_in
 
 LOG = logging.getLogger(__name__)
 LOCK_FILE = ".run.lock"
@@ -66,10 +66,9 @@ def check_run_folder_is_free(run_dir: Path, *, resume: str | None) -> None:
         return
     if resume == "auto" or (resume is not None and _inside(Path(resume).expanduser(), run_dir)):
         return
-    shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
     raise ValueError(
-        f"system.paths.output {run_dir} already holds a run ({shown}): set training.resume=auto to continue it, "
-        "or choose another folder (system.paths.output=...)"
+        f"system.paths.output {run_dir} already holds a run ({listed(found, 4)}): set training.resume=auto to "
+        "continue it, or choose another folder (system.paths.output=...)"
     )
 
 
