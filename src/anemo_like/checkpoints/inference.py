@@ -6,8 +6,9 @@ trusting pickled code.
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ class InferenceBundle:
     roles: VariableRoles
     normalizer: Normalizer
     graph: HeteroData
+    # the training dataset's variables_metadata of the model's variables (units, mars keys); {}: an older checkpoint
+    variables_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def save_inference_checkpoint(
@@ -51,7 +54,9 @@ def save_inference_checkpoint(
     roles: VariableRoles,
     normalizer: Normalizer,
     graph: HeteroData,
+    variables_metadata: dict[str, dict[str, Any]],
 ) -> None:
+    """Write the checkpoint; ``variables_metadata``: the dataset's entries of the model's variables (JSON-able)."""
     layout = asdict(model.layout)
     atomic_torch_save(
         {
@@ -67,6 +72,7 @@ def save_inference_checkpoint(
                 "offset": torch.from_numpy(normalizer.offset),
                 "scale": torch.from_numpy(normalizer.scale),
             },
+            "variables_metadata": json.dumps(variables_metadata, default=str),
         },
         path,
     )
@@ -101,4 +107,6 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     model.load_state_dict(state["state_dict"])
     apply_inference_overrides(model)
     normalizer = saved_normalizer(state["normalizer"])
-    return InferenceBundle(model.to(device).eval(), config, VariableRoles(**state["roles"]), normalizer, graph)
+    metadata = json.loads(state.get("variables_metadata", "{}"))
+    roles = VariableRoles(**state["roles"])
+    return InferenceBundle(model.to(device).eval(), config, roles, normalizer, graph, variables_metadata=metadata)

@@ -15,7 +15,10 @@ from pydantic import Field, field_validator, model_validator
 from anemo_like.config.base import TIMESTEP, PathText, Seed, Strict
 from anemo_like.config.validate import check_schema_keys, validate_schema
 
-OUTPUT_SUFFIXES = (".nc", ".zarr")
+GRIB_SUFFIXES = (".grib", ".grib2", ".grb", ".grb2")
+OUTPUT_SUFFIXES = (".nc", ".zarr", *GRIB_SUFFIXES)
+INPUT_SUFFIXES = (".nc", *GRIB_SUFFIXES)
+LEVTYPES = ("sfc", "pl", "ml", "pt", "pv", "sol")  # MARS level types; sfc has no level
 _DURATION_HINT = "expected a whole number and a unit m, h or d, e.g. '6h', '5d'"
 
 
@@ -79,6 +82,37 @@ class VerificationConfig(Strict):
         return _duration(value)
 
 
+class MarsKeys(Strict):
+    """A variable's GRIB identity in MARS keys, as anemoi-datasets' ``variables_metadata[name].mars`` holds it."""
+
+    param: str = Field(description="GRIB shortName (z, t, 2t, msl) or paramId as digits (129)")
+    levtype: Literal[LEVTYPES] = Field("sfc", description="sfc (no level), pl (pressure, hPa), ml (model level), ...")
+    levelist: int | None = Field(None, ge=0, description="the level: hPa for pl, the model level for ml; null for sfc")
+
+    @model_validator(mode="after")
+    def _level_fits_type(self) -> MarsKeys:
+        if self.levtype == "sfc" and self.levelist is not None:
+            raise ValueError(f"levtype sfc has no level; remove levelist ({self.levelist}) or set levtype (e.g. pl)")
+        if self.levtype != "sfc" and self.levelist is None:
+            raise ValueError(f"levtype {self.levtype} needs a levelist (the level, e.g. 500)")
+        return self
+
+
+class GribConfig(Strict):
+    """How ``output=*.grib`` encodes the forecast and how ``input=*.grib`` files are matched (docs/inference.md)."""
+
+    bits_per_value: int = Field(16, ge=1, le=32, description="simple packing precision: range / 2**bits per value")
+    encoding: dict[str, str | int] = Field(
+        default_factory=lambda: {"class": "ml", "expver": "0001"},
+        description="GRIB keys set on every message (class, stream, expver, centre, ...); stream defaults to oper, "
+        "or enfo for an ensemble",
+    )
+    variables: dict[str, MarsKeys] = Field(
+        default_factory=dict,
+        description="MARS keys of variables, by name; they take precedence over the dataset's variables_metadata",
+    )
+
+
 class InferenceConfig(Strict):
     """The whole composed configuration of one ``anemo-infer`` run."""
 
@@ -86,10 +120,20 @@ class InferenceConfig(Strict):
     dataset: str | None = Field(
         None, description="anemoi-datasets zarr of the initial states (and truth); null: the checkpoint's data.dataset"
     )
-    dates: list[str] | None = Field(None, description="initial dates, ISO 8601; null: use date_range")
+    input: str | list[str] | None = Field(
+        None,
+        description="initial states from files instead of the dataset: a GRIB (.grib, .grib2) or netCDF (.nc) file, "
+        "or a list of them; null: the dataset",
+    )
+    dates: list[str] | None = Field(
+        None, description="initial dates, ISO 8601; null: use date_range (with input: the last time in the files)"
+    )
     date_range: DateRange = DateRange()
     lead_time: str = Field("5d", description="forecast length, a multiple of the model step")
-    output: str = Field(description="forecast file: .nc (netCDF) or .zarr, replaced if it exists")
+    output: str = Field(
+        description="forecast file: .nc (netCDF), .zarr or .grib / .grib2 (GRIB2), replaced if anemo-infer wrote it"
+    )
+    grib: GribConfig = GribConfig()
     batch_size: int = Field(1, ge=1, description="forecasts (initial dates x members) run together in one forward pass")
     members: int = Field(
         1, ge=1, description="ensemble members per initial date; > 1 needs a checkpoint with processor noise"
@@ -140,14 +184,27 @@ class InferenceConfig(Strict):
     @classmethod
     def _output_format(cls, output: str) -> str:
         if Path(output).suffix not in OUTPUT_SUFFIXES:
-            raise ValueError(f"the suffix picks the format: end the path in {' or '.join(OUTPUT_SUFFIXES)}")
+            raise ValueError(f"the suffix picks the format: end the path in {', '.join(OUTPUT_SUFFIXES)}")
         return output
+
+    @field_validator("input")
+    @classmethod
+    def _input_format(cls, value: str | list[str] | None) -> str | list[str] | None:
+        paths = [value] if isinstance(value, str) else value or []
+        if isinstance(value, list) and not value:
+            raise ValueError("give at least one file, or null to start from the dataset")
+        for path in paths:
+            if not path.strip():
+                raise ValueError("an empty path; give a GRIB or netCDF file")
+            if Path(path).suffix.lower() not in INPUT_SUFFIXES:
+                raise ValueError(f"{path}: the suffix picks the format: end the path in {', '.join(INPUT_SUFFIXES)}")
+        return value
 
     @model_validator(mode="after")
     def _one_way_to_give_dates(self) -> InferenceConfig:
         if self.dates is not None and self.date_range.start is not None:
             raise ValueError("set either dates (a list) or date_range.start, not both")
-        if self.dates is None and self.date_range.start is None:
+        if self.dates is None and self.date_range.start is None and self.input is None:
             raise ValueError("no initial dates: set dates=[...] or date_range.start=...")
         return self
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from anemo_like.config.schema import VariablesConfig
 
@@ -45,6 +46,12 @@ class VariableRoles:
     def sample_positions(self, names: list[str]) -> list[int]:
         index = {name: i for i, name in enumerate(self.sample)}
         return [index[n] for n in names]
+
+    def metadata(self, attrs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The ``variables_metadata`` entries (units, mars keys, ...) of the sample's variables in a dataset's
+        ``attrs``; variables without one are left out."""
+        stored = attrs.get("variables_metadata") or {}
+        return {name: dict(stored[name]) for name in self.sample if isinstance(stored.get(name), dict)}
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def write_run_outputs(
     inference_path = folder / INFERENCE_FILE
     save_inference_checkpoint(
         inference_path, model=run.model, config=run.config, roles=run.data.roles, normalizer=run.data.normalizer,
-        graph=run.graph,
+        graph=run.graph, variables_metadata=run.data.roles.metadata(run.data.store.attrs),
     )  # fmt: skip
     table = result.table()
     (folder / "validation.md").write_text(table + "\n")
