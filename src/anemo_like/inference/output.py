@@ -19,7 +19,9 @@ import zarr.core.sync
 
 import anemo_like
 from anemo_like.atomic_io import disk_full
+from anemo_like.config.inference import GRIB_SUFFIXES
 from anemo_like.data.zarr_store import format_frequency
+from anemo_like.inference.grib_messages import grib_origin, load_eccodes
 from anemo_like.inference.inputs import ForecastInputs, variable_metadata
 from anemo_like.interrupts import deferred
 
@@ -59,7 +61,7 @@ def _zarr_attributes(path: Path) -> dict | None:
     return {} if (path / ".zgroup").is_file() or (path / ".zarray").is_file() else None
 
 
-def _netcdf_attributes(path: Path) -> dict | None:
+def netcdf_attributes(path: Path) -> dict | None:
     """The global attributes of the netCDF file at ``path``, or None when it cannot be read as one."""
     try:
         with xr.open_dataset(path, engine=netcdf_engine(), decode_times=False) as dataset:
@@ -72,6 +74,16 @@ def _is_our_forecast(attrs: dict | None) -> bool:
     return attrs is not None and attrs.get("title") == FORECAST_TITLE and "package_version" in attrs
 
 
+def _is_ours(path: Path) -> bool:
+    """Whether the existing ``path`` holds a forecast anemo-infer wrote: a zarr store or netCDF file with its
+    attributes, or a GRIB file whose first message carries its marker (grib_messages.MARKER)."""
+    if path.is_dir():
+        return _is_our_forecast(_zarr_attributes(path))
+    if path.suffix == ".nc":
+        return _is_our_forecast(netcdf_attributes(path))
+    return path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(path), path) == "ours"
+
+
 def _contents(path: Path) -> str:
     """What the existing ``path`` holds, in words, for a refusal message."""
     if path.is_dir():
@@ -79,17 +91,22 @@ def _contents(path: Path) -> str:
         if attrs is None:
             return "a folder that is not a zarr store"
         return "an anemoi-datasets dataset" if "variables" in attrs else "a zarr store not written by anemo-infer"
-    if path.suffix == ".nc" and _netcdf_attributes(path) is not None:
+    if path.suffix == ".nc" and netcdf_attributes(path) is not None:
         return "a netCDF file not written by anemo-infer"
+    if path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(path), path) == "grib":
+        return "a GRIB file not written by anemo-infer"
     return "a file that is not a forecast of anemo-infer"
 
 
 def check_output(path: Path, *, remove_stale: bool = True) -> None:
-    """Raise ValueError unless the forecast file (.nc) or store (.zarr) can be written at ``path``.
+    """Raise ValueError unless the forecast file (.nc, GRIB) or store (.zarr) can be written at ``path``.
 
     An existing ``path`` is replaced only when it holds a forecast this package wrote (recognised by its
-    attributes); the input dataset, any other store, file or folder is refused, as is a path inside a zarr store.
+    attributes, or a GRIB file's marker); the input dataset, any other store, file or folder is refused, as is a
+    path inside a zarr store.
     """
+    if path.suffix in GRIB_SUFFIXES:
+        load_eccodes(path)  # refused without ecCodes, before anything else
     check_writable(path, key="output")
     if remove_stale:  # the temporary copies a killed anemo-infer left (one rank cleans)
         _remove_stale_temporaries(path)
@@ -100,8 +117,7 @@ def check_output(path: Path, *, remove_stale: bool = True) -> None:
             )
     if not path.exists() and not path.is_symlink():
         return
-    ours = _zarr_attributes(path) if path.is_dir() else _netcdf_attributes(path) if path.suffix == ".nc" else None
-    if path.is_symlink() or path.is_dir() != (path.suffix == ".zarr") or not _is_our_forecast(ours):
+    if path.is_symlink() or path.is_dir() != (path.suffix == ".zarr") or not _is_ours(path):
         what = "a symbolic link" if path.is_symlink() else _contents(path)
         raise ValueError(
             f"output {path} holds {what}; anemo-infer only replaces a forecast it wrote itself: "

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import xarray as xr
 
 from anemo_like.checkpoints.inference import InferenceBundle, load_inference_checkpoint
-from anemo_like.config.inference import InferenceConfig
+from anemo_like.config.inference import GRIB_SUFFIXES, InferenceConfig
 from anemo_like.data.zarr_store import format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
+from anemo_like.inference.grib_output import GribPlan, prepare_grib, write_grib
 from anemo_like.inference.inputs import ForecastInputs, open_inputs
 from anemo_like.inference.memory_fit import check_forecasts_fit
 from anemo_like.inference.output import (
@@ -45,6 +47,7 @@ class PreparedRun:
     ranks: InferenceRanks
     device: torch.device
     output: Path
+    grib: GribPlan | None  # a GRIB output's variables, grid and encoding; None for netCDF and zarr
     verification_output: Path
     plot_variable: str
     runtime_mib: float | None  # in use before the checkpoint load: the interpreter and imports (resident on CPU)
@@ -122,6 +125,9 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     ranks = place_inference(config, launch, model=bundle.model, trained=bundle.config)
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint)
     plot_variable = _check_verification(config, inputs)
+    grib = None
+    if output.suffix in GRIB_SUFFIXES:  # each variable's GRIB parameter, the encoding and the grid
+        grib = prepare_grib(config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint)
     check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
         "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, dataset %s",
@@ -143,6 +149,7 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
         ranks=ranks,
         device=device,
         output=output,
+        grib=grib,
         verification_output=verification_output,
         plot_variable=plot_variable,
         runtime_mib=runtime_mib,
@@ -189,12 +196,15 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
         ensemble_stats=config.ensemble_stats,
     )
     with phase(f"the write of {prepared.output}"):
-        write_forecast(dataset, prepared.output)
+        if prepared.grib is None:
+            write_forecast(dataset, prepared.output)
+        else:
+            write_grib(dataset, prepared.grib)
     _log_summary(stats, ranks, peak=peak, output=prepared.output)
     if not config.verify:
         return InferenceOutputs(forecast=prepared.output, verification=None, verification_output=None)
     with phase("verification", saved=lambda: f"the forecast {prepared.output} is written"):
-        return _verify(prepared)
+        return _verify(prepared, dataset)
 
 
 def _log_summary(stats: ForecastStats, ranks: InferenceRanks, *, peak: float | None, output: Path) -> None:
@@ -221,7 +231,8 @@ def _largest(*values: float | None) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
 
-def _verify(prepared: PreparedRun) -> InferenceOutputs:
+def _verify(prepared: PreparedRun, dataset: xr.Dataset) -> InferenceOutputs:
+    """Score ``dataset``, the forecast as written to ``prepared.output`` (in memory: any output format)."""
     config, inputs = prepared.config, prepared.inputs
     run_config, roles = prepared.bundle.config, inputs.roles
     result = verify_forecast(
@@ -235,7 +246,8 @@ def _verify(prepared: PreparedRun) -> InferenceOutputs:
             output=prepared.verification_output,
             plot_variable=prepared.plot_variable,
             plot_lead=config.verification.plot_lead,
-        )
+        ),
+        dataset,
     )
     if result is not None:
         LOG.info("verification (%s):\n%s", prepared.verification_output, result.table())

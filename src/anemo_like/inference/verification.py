@@ -16,7 +16,6 @@ from anemo_like.data.climatology import mean_state
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
 from anemo_like.inference.ensemble_verification import EnsembleVerification
-from anemo_like.inference.output import open_forecast
 from anemo_like.inference.scores import ErrorSums, Verification
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
 
@@ -46,7 +45,7 @@ def training_climatology(run: RunConfig, names: list[str], *, max_dates: int) ->
 class VerificationRequest:
     """What to verify and where the results go."""
 
-    forecast: Path  # written by anemo-infer
+    forecast: Path  # written by anemo-infer (named in the table)
     store: AnemoiZarr  # the truth
     variables: list[str]  # the forecast's variables, prognostic first
     num_prognostic: int
@@ -64,29 +63,28 @@ def _dataset_index(store: AnemoiZarr, dates: np.ndarray) -> np.ndarray:
     return np.where(store.dates[index] == dates, index, -1)
 
 
-def verify_forecast(request: VerificationRequest) -> Verification | None:
-    """Score every forecast field whose valid time the dataset holds; write the table and plots to ``output``.
-
-    Returns None (with a log line) when no valid time is in the dataset.
+def verify_forecast(request: VerificationRequest, forecast: xr.Dataset) -> Verification | None:
+    """Score every field of ``forecast`` (:func:`~anemo_like.inference.output.forecast_dataset`, the values written
+    to ``request.forecast`` in any format) whose valid time the dataset holds; write the table and plots to
+    ``output``. Returns None (with a log line) when no valid time is in the dataset.
     """
     store = request.store
-    with open_forecast(request.forecast) as forecast:
-        truth_index = _dataset_index(store, forecast["valid_time"].values)  # (N, L), -1: not in the dataset
-        skipped = int((truth_index < 0).sum())
-        if skipped:
-            LOG.info(
-                "verification: %d of %d forecast fields have valid times after the last date %s of dataset %s; "
-                "they are not scored",
-                skipped,
-                truth_index.size,
-                store.dates[-1],
-                store.path,
-            )
-        if not (truth_index >= 0).any():
-            LOG.warning("verification: no valid time of the forecast is in dataset %s; nothing scored", store.path)
-            return None
-        result = _score(request, forecast, truth_index)
-        _write(request, result, forecast=forecast, truth_index=truth_index)
+    truth_index = _dataset_index(store, forecast["valid_time"].values)  # (N, L), -1: not in the dataset
+    skipped = int((truth_index < 0).sum())
+    if skipped:
+        LOG.info(
+            "verification: %d of %d forecast fields have valid times after the last date %s of dataset %s; "
+            "they are not scored",
+            skipped,
+            truth_index.size,
+            store.dates[-1],
+            store.path,
+        )
+    if not (truth_index >= 0).any():
+        LOG.warning("verification: no valid time of the forecast is in dataset %s; nothing scored", store.path)
+        return None
+    result = _score(request, forecast, truth_index)
+    _write(request, result, forecast=forecast, truth_index=truth_index)
     return result
 
 
