@@ -6,6 +6,7 @@ A full disk; the coordinates file replaces only its own; the other refusals are 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -302,3 +303,11 @@ def test_a_full_disk_while_writing_grib(ensemble_model, tmp_path) -> None:
         f"anemo-infer failed: DiskFull: no space left on the device holding {full / 'f.grib'} (No space left on "
         "device): free space there or choose another folder (output=...); nothing was written"
     )
+
+
+def test_grib_write_benchmark_reports_both_formats() -> None:
+    command = [sys.executable, str(BENCHMARKS / "grib_write.py"), "--grid", "O48", "--steps", "2", "--repeats", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["plan_kind"] == "reduced_gg" and report["messages"] == 14 and report["points"] == 10944
+    assert report["grib_s"] > 0 and report["netcdf_s"] > 0 and 0 < report["grib_mib"] < report["netcdf_mib"]
