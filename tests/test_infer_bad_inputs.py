@@ -215,7 +215,7 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
     [
         (
             ["dates=[2000-11-01T00]", "output=forecast.csv"],
-            "config key 'output' = 'forecast.csv': the suffix picks the format: end the path in .nc or .zarr",
+            "config key 'output' = 'forecast.csv': the suffix picks the format: end the path in .nc, .zarr, .grib, .grib2, .grb, .grb2",
         ),
         (["output=f.nc"], "no initial dates: set dates=[...] or date_range.start=..."),
         (
