@@ -26,11 +26,13 @@ class StateSource(Protocol):
     latitudes: np.ndarray  # (G,) float64 degrees
     longitudes: np.ndarray  # (G,) float64 degrees
     attrs: dict[str, Any]  # constant_fields, variables_metadata (units)
-    shape: tuple[int, int, int, int]  # (T, V, 1, G)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]: ...  # (T, V, 1, G)
 
     def variable_indices(self, names: Sequence[str]) -> np.ndarray: ...
 
-    def read(self, dates: slice, variables: np.ndarray, grid: slice = slice(None), ensemble: int = 0) -> np.ndarray: ...
+    def read(self, dates: slice, variables: np.ndarray, grid: slice = slice(None)) -> np.ndarray: ...
 
 
 def describe(store: StateSource) -> str:
@@ -72,10 +74,8 @@ class FileStates:
             raise ValueError(f"{self.path}: unknown variable(s) {', '.join(hints)}; available: {self.variables}")
         return np.array([self.variables.index(name) for name in names], dtype=np.int64)
 
-    def read(self, dates: slice, variables: np.ndarray, grid: slice = slice(None), ensemble: int = 0) -> np.ndarray:
-        """Values of a date slice, (n_dates, len(variables), n_grid) float32 (``ensemble``: only 0)."""
-        if ensemble != 0:
-            raise IndexError(f"{self.path}: input files hold one member (ensemble 0), not {ensemble}")
+    def read(self, dates: slice, variables: np.ndarray, grid: slice = slice(None)) -> np.ndarray:
+        """Values of a date slice, (n_dates, len(variables), n_grid) float32."""
         rows = (np.cumsum(self.present) - 1)[dates]  # the latest time in the files at or before each date
         return self.values[rows][:, np.asarray(variables)][..., grid]
 
