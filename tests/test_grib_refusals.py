@@ -33,7 +33,7 @@ def test_a_variable_without_a_grib_parameter_is_named(skilled, builtin, tmp_path
     assert message == (
         f"no GRIB parameter for the variable(s) sp: none in grib.variables, the variables_metadata of checkpoint "
         f"{skilled}, the variables_metadata of dataset {builtin}; map each in grib.variables, e.g. "
-        "'+grib.variables.sp={param: t, levtype: pl, levelist: 850}'"
+        "'+grib.variables.sp={param: sp, levtype: sfc}'"
     )
     documented(message, FILE=skilled, PATH=builtin)
 

@@ -215,7 +215,8 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
     [
         (
             ["dates=[2000-11-01T00]", "output=forecast.csv"],
-            "config key 'output' = 'forecast.csv': the suffix picks the format: end the path in .nc, .zarr, .grib, .grib2, .grb, .grb2",
+            "config key 'output' = 'forecast.csv': the suffix picks the format: end the path in .nc, .zarr, .grib, "
+            ".grib2, .grb, .grb2",
         ),
         (["output=f.nc"], "no initial dates: set dates=[...] or date_range.start=..."),
         (
@@ -224,9 +225,10 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
         ),
         (
             ["lead_tme=5d"],
-            "unknown config key 'lead_tme' (did you mean 'lead_time'?); allowed here: checkpoint, dataset, dates, "
-            "date_range, lead_time, output, batch_size, members, seed, ensemble_stats, device, precision, "
-            "num_threads, memory_budget_gb, num_gpus_per_model, collective_timeout_minutes, verify, verification",
+            "unknown config key 'lead_tme' (did you mean 'lead_time'?); allowed here: checkpoint, dataset, input, "
+            "dates, date_range, lead_time, output, grib, batch_size, members, seed, ensemble_stats, device, "
+            "precision, num_threads, memory_budget_gb, num_gpus_per_model, collective_timeout_minutes, verify, "
+            "verification",
         ),
     ],
     ids=["output-suffix", "no-dates", "bad-date", "misspelled-key"],

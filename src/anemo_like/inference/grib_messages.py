@@ -2,26 +2,23 @@
 (ECMWF local definition 1) and the grib.encoding keys, set once per variable; each message then sets only its
 date, step, member and values.
 
-ecCodes is imported here only, when a GRIB output is asked for (the optional ``grib`` extra).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
 from anemo_like.config.inference import MarsKeys
 from anemo_like.data.grid_kinds import GridKind
+from anemo_like.inference.mars_keys import LEVEL_TYPES
 
 # The marker of a GRIB file anemo-infer wrote (section 4 of every message): 'a', 'i' as octets.
 MARKER = {"backgroundProcess": 97, "generatingProcessIdentifier": 105}
-LEVEL_TYPES = {"pl": "isobaricInhPa", "ml": "hybrid", "pt": "theta", "pv": "potentialVorticity", "sol": "soilLayer"}
 # grib.encoding keys anemo-infer sets itself, and what sets them
 RESERVED = {
     **dict.fromkeys(MARKER, "it marks the files anemo-infer wrote"),
@@ -35,14 +32,6 @@ RESERVED = {
     **dict.fromkeys(("gridType", "numberOfDataPoints", "numberOfValues"), "from the dataset's grid"),
 }
 FIRST = ("centre", "subCentre")  # set before the local definition, which depends on them
-
-
-def load_eccodes(output: Any) -> ModuleType:
-    """The eccodes module; ValueError naming ``output`` when it is not installed."""
-    try:
-        return importlib.import_module("eccodes")
-    except (ImportError, RuntimeError):  # RuntimeError: the Python package without its library
-        raise ValueError(f"output {output} is GRIB, which needs ecCodes: pip install 'anemo_like[grib]'") from None
 
 
 def grid_identity(latitudes: np.ndarray, longitudes: np.ndarray) -> str:
@@ -157,7 +146,7 @@ def set_parameter(ec: ModuleType, handle: int, keys: MarsKeys, *, name: str) -> 
         else:
             ec.codes_set_string(handle, "shortName", keys.param)
         if keys.levtype != "sfc":
-            ec.codes_set_string(handle, "typeOfLevel", LEVEL_TYPES[keys.levtype])
+            ec.codes_set_string(handle, "typeOfLevel", LEVEL_TYPES[keys.levtype][0])
             ec.codes_set(handle, "level", keys.levelist)
     except ec.GribInternalError as error:
         level = "" if keys.levelist is None else f", levelist: {keys.levelist}"

@@ -23,16 +23,16 @@ from anemo_like.atomic_io import disk_full
 from anemo_like.checkpoints.inference import InferenceBundle
 from anemo_like.config.inference import GribConfig, InferenceConfig, MarsKeys
 from anemo_like.data.grid_kinds import TOLERANCE, UNSTRUCTURED, GridKind, classify_grid
+from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.inference.grib_messages import (
     grid_handle,
     grid_identity,
-    load_eccodes,
     set_encoding,
     set_marker,
     set_parameter,
 )
 from anemo_like.inference.inputs import ForecastInputs
-from anemo_like.inference.mars_keys import resolve_mars_keys
+from anemo_like.inference.mars_keys import load_eccodes, metadata_sources, resolve_mars_keys
 from anemo_like.inference.output import TEMPORARY_PREFIX, netcdf_attributes, netcdf_engine
 from anemo_like.interrupts import deferred
 
@@ -74,18 +74,16 @@ class GribPlan:
 
 
 def prepare_grib(config: InferenceConfig, *, bundle: InferenceBundle, inputs: ForecastInputs, output: Path,
-                 checkpoint: Path) -> GribPlan:  # fmt: skip
+                 checkpoint: Path, dataset: AnemoiZarr | None) -> GribPlan:  # fmt: skip
     """Check a GRIB output before any forecast runs: each output variable's parameter, from grib.variables or the
-    checkpoint's or dataset's variables_metadata (ValueError naming those without one), then :func:`grib_plan`."""
-    load_eccodes(output)
+    variables_metadata of the checkpoint or of ``dataset`` (ValueError naming those without one), then
+    :func:`grib_plan`."""
+    load_eccodes(f"output {output}")
     store = inputs.store
     keys = resolve_mars_keys(
         inputs.roles.output,
         table=config.grib.variables,
-        metadata=[
-            (f"checkpoint {checkpoint}", bundle.variables_metadata),
-            (f"dataset {store.path}", store.attrs.get("variables_metadata", {})),
-        ],
+        metadata=metadata_sources(checkpoint, bundle.variables_metadata, dataset),
     )
     return grib_plan(
         output,
@@ -104,7 +102,7 @@ def grib_plan(output: Path, *, keys: dict[str, MarsKeys], latitudes: np.ndarray,
     setting every parameter and grib.encoding key once (ValueError naming the one ecCodes refuses), finding the
     grid's kind (unstructured when ecCodes would not give these coordinates back within 1e-6 degrees) and
     checking the path of an unstructured grid's coordinates file."""
-    ec = load_eccodes(output)
+    ec = load_eccodes(f"output {output}")
     latitudes, longitudes = (np.asarray(a, dtype=np.float64) for a in (latitudes, longitudes))
     plan = GribPlan(
         path=output,
@@ -184,7 +182,7 @@ def write_grib(dataset: xr.Dataset, plan: GribPlan) -> None:
     """Write ``dataset`` (:func:`~anemo_like.inference.output.forecast_dataset`) as GRIB2 to ``plan.path`` via a
     temporary sibling then rename (with an unstructured grid's coordinates file first): ``plan.path`` holds the old
     forecast or the whole new one. A full disk raises DiskFull naming the path."""
-    ec = load_eccodes(plan.path)
+    ec = load_eccodes(f"output {plan.path}")
     tmp = plan.path.with_name(f"{TEMPORARY_PREFIX.format(name=plan.path.name)}{uuid.uuid4().hex[:8]}")
     grid_tmp = tmp.with_name(f"{tmp.name}.grid.nc")  # a stale copy is found by the same prefix
     try:

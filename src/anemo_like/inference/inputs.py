@@ -1,4 +1,5 @@
-"""The forecast's inputs: the dataset checked against the checkpoint, the initial dates, the model input windows."""
+"""The forecast's inputs: the dataset (or the input files) checked against the checkpoint, the initial dates, the
+model input windows."""
 
 from __future__ import annotations
 
@@ -17,16 +18,19 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.inference.mars_keys import metadata_sources
+from anemo_like.inference.state_files import GRID_FORCINGS, file_initial_indices, read_state_files
+from anemo_like.inference.state_source import StateSource, describe
 
 COORDINATE_TOLERANCE_DEG = 1e-3  # the graph stores float32 radians: ~1e-5 degrees of round-off
 
 
-def variable_metadata(store: AnemoiZarr, name: str) -> dict[str, Any]:
+def variable_metadata(store: StateSource, name: str) -> dict[str, Any]:
     """The dataset's ``variables_metadata`` entry of ``name`` (units, constant_in_time, ...), {} when absent."""
     return dict(store.attrs.get("variables_metadata", {}).get(name, {}))
 
 
-def constant_in_time(store: AnemoiZarr, name: str) -> bool:
+def constant_in_time(store: StateSource, name: str) -> bool:
     """Whether the dataset marks ``name`` as a field that never changes (``constant_fields`` or its metadata)."""
     return name in store.attrs.get("constant_fields", []) or bool(
         variable_metadata(store, name).get("constant_in_time")
@@ -46,7 +50,7 @@ def dataset_path(config: InferenceConfig, run: RunConfig) -> Path:
     return resolve_dataset_path(run) if run.data.dataset == "builtin" else Path(run.data.dataset).expanduser()
 
 
-def check_fit(store: AnemoiZarr, *, bundle: InferenceBundle, checkpoint: Path, needed: list[str]) -> None:
+def check_fit(store: StateSource, *, bundle: InferenceBundle, checkpoint: Path, needed: list[str]) -> None:
     """Raise one ValueError naming both files and every difference: variables, grid, frequency."""
     problems = []
     missing = [name for name in needed if name not in store.variables]
@@ -72,10 +76,10 @@ def check_fit(store: AnemoiZarr, *, bundle: InferenceBundle, checkpoint: Path, n
             f"its frequency {format_frequency(store.frequency)} does not divide the model step {format_frequency(step)}"
         )
     if problems:
-        raise ValueError(f"dataset {store.path} does not fit checkpoint {checkpoint}: {'; '.join(problems)}")
+        raise ValueError(f"{describe(store)} does not fit checkpoint {checkpoint}: {'; '.join(problems)}")
 
 
-def _requested_dates(config: InferenceConfig, store: AnemoiZarr) -> np.ndarray:
+def _requested_dates(config: InferenceConfig, store: StateSource) -> np.ndarray:
     """The configured initial dates (N,) datetime64[s]."""
     if config.dates is not None:
         return np.array([np.datetime64(date, "s") for date in config.dates])
@@ -83,7 +87,7 @@ def _requested_dates(config: InferenceConfig, store: AnemoiZarr) -> np.ndarray:
     every = parse_frequency(window.every)
     if every % store.frequency:
         raise ValueError(
-            f"date_range.every '{window.every}' must be a multiple of the frequency of dataset {store.path} "
+            f"date_range.every '{window.every}' must be a multiple of the frequency of {describe(store)} "
             f"({format_frequency(store.frequency)})"
         )
     start = np.datetime64(window.start, "s")
@@ -97,7 +101,7 @@ def _requested_dates(config: InferenceConfig, store: AnemoiZarr) -> np.ndarray:
 class ForecastInputs:
     """Where the forecasts start and how model inputs are assembled from the dataset."""
 
-    store: AnemoiZarr
+    store: StateSource  # the dataset, or the states read from the input files
     roles: VariableRoles
     normalizer: Normalizer  # the checkpoint's, for roles.read
     nan_policy: str  # the checkpoint's data.nan_policy: "mask" feeds missing inputs as 0
@@ -221,17 +225,59 @@ def _check_forcings_reach(inputs: ForecastInputs, *, lead_time: str) -> None:
         until = inputs.init_dates[n] + (inputs.steps - 1) * np.timedelta64(int(inputs.step.total_seconds()), "s")
         raise ValueError(
             f"initial date {inputs.init_dates[n]} with lead_time {lead_time} needs the forcing(s) "
-            f"{', '.join(varying)} until {until}, after the last date {store.dates[-1]} of dataset {store.path} "
+            f"{', '.join(varying)} until {until}, after the last date {store.dates[-1]} of {describe(store)} "
             "(only forcings constant in time are held beyond it); choose an earlier initial date or a shorter lead_time"
         )
 
 
-def open_inputs(config: InferenceConfig, *, bundle: InferenceBundle, checkpoint: Path) -> ForecastInputs:
-    """Open the dataset, check it fits the checkpoint and resolve the initial dates; ValueError names what differs."""
+def open_truth(config: InferenceConfig, run: RunConfig) -> AnemoiZarr | None:
+    """The dataset: the initial states without ``input``; with it, the truth of ``verify`` and a source of MARS keys,
+    opened when ``verify`` is set, ``dataset`` is given, or the checkpoint's dataset file exists (None otherwise)."""
+    if config.input is None or config.verify or config.dataset is not None:
+        return open_anemoi_zarr(dataset_path(config, run))
+    path = Path(run.data.dataset).expanduser()
+    return open_anemoi_zarr(path) if run.data.dataset != "builtin" and path.exists() else None
+
+
+def _open_files(
+    config: InferenceConfig, *, bundle: InferenceBundle, checkpoint: Path, truth: AnemoiZarr | None
+) -> StateSource:
+    """The states of the input files, checked against the checkpoint's grid; forcings are constant in time where
+    the checkpoint's (or the dataset's) variables_metadata says so, and for those of the grid."""
+    roles, stored = bundle.roles, bundle.variables_metadata
+    metadata = metadata_sources(checkpoint, stored, truth)
+    constant = [
+        name
+        for name in roles.forcing
+        if name in GRID_FORCINGS
+        or stored.get(name, {}).get("constant_in_time")
+        or (truth is not None and constant_in_time(truth, name))
+    ]
+    known = {} if truth is None else dict(truth.attrs.get("variables_metadata", {}))
+    store = read_state_files(
+        config,
+        names=roles.prognostic + roles.forcing,
+        step=parse_frequency(bundle.config.data.timestep),
+        metadata=metadata,
+        attrs={"constant_fields": constant, "variables_metadata": {**known, **stored}},
+    )
+    check_fit(store, bundle=bundle, checkpoint=checkpoint, needed=[])
+    return store
+
+
+def open_inputs(
+    config: InferenceConfig, *, bundle: InferenceBundle, checkpoint: Path, truth: AnemoiZarr | None = None
+) -> ForecastInputs:
+    """Check the dataset (``truth``; None: :func:`open_truth` opens it) or the input files against the checkpoint and
+    resolve the initial dates; ValueError names what differs."""
     run, roles = bundle.config, bundle.roles
-    store = open_anemoi_zarr(dataset_path(config, run))
-    needed = roles.prognostic + roles.forcing + (roles.diagnostic if config.verify else [])
-    check_fit(store, bundle=bundle, checkpoint=checkpoint, needed=needed)
+    truth = open_truth(config, run) if truth is None else truth
+    if config.input is None:
+        needed = roles.prognostic + roles.forcing + (roles.diagnostic if config.verify else [])
+        check_fit(truth, bundle=bundle, checkpoint=checkpoint, needed=needed)
+    elif config.verify:  # the truth of the forecast's variables
+        check_fit(truth, bundle=bundle, checkpoint=checkpoint, needed=roles.output)
+    store = truth if config.input is None else _open_files(config, bundle=bundle, checkpoint=checkpoint, truth=truth)
     step = parse_frequency(run.data.timestep)
     lead = parse_frequency(config.lead_time, source="lead_time")
     if lead % step:
@@ -239,7 +285,22 @@ def open_inputs(config: InferenceConfig, *, bundle: InferenceBundle, checkpoint:
             f"lead_time '{config.lead_time}' is not a multiple of the model step {run.data.timestep} of checkpoint "
             f"{checkpoint}"
         )
-    stride, multistep = int(step // store.frequency), run.training.multistep_input
+    stride, multistep, steps = int(step // store.frequency), run.training.multistep_input, int(lead // step)
+    if config.input is None:
+        indices = _initial_indices(
+            config, store, history=(multistep - 1) * stride, multistep=multistep, step=run.data.timestep
+        )
+    else:
+        given = config.dates is not None or config.date_range.start is not None
+        varying = any(not constant_in_time(store, name) for name in roles.forcing)
+        indices = file_initial_indices(
+            _requested_dates(config, store) if given else None,
+            store,
+            step=step,
+            multistep=multistep,
+            steps=steps,
+            varying=varying,
+        )
     inputs = ForecastInputs(
         store=store,
         roles=roles,
@@ -247,11 +308,9 @@ def open_inputs(config: InferenceConfig, *, bundle: InferenceBundle, checkpoint:
         nan_policy=run.data.nan_policy,
         multistep=multistep,
         stride=stride,
-        steps=int(lead // step),
+        steps=steps,
         step=step,
-        init_indices=_initial_indices(
-            config, store, history=(multistep - 1) * stride, multistep=multistep, step=run.data.timestep
-        ),
+        init_indices=indices,
         output_steps=run.training.multistep_output,
     )
     _check_forcings_reach(inputs, lead_time=config.lead_time)

@@ -7,12 +7,46 @@ is refused by name, never written under a made-up code.
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import ValidationError
 
 from anemo_like.config.inference import MarsKeys
+from anemo_like.data.zarr_store import AnemoiZarr
+
+# MARS levtype -> the GRIB typeOfLevel of its levels: the first is written, all are read
+LEVEL_TYPES: dict[str, tuple[str, ...]] = {
+    "pl": ("isobaricInhPa",),
+    "ml": ("hybrid",),
+    "pt": ("theta",),
+    "pv": ("potentialVorticity",),
+    "sol": ("soilLayer", "depthBelowLandLayer"),
+}
+
+
+def load_eccodes(what: str) -> ModuleType:
+    """The ``eccodes`` module; ValueError naming ``what`` (``output PATH``, ``input PATH``) when it, or the ecCodes
+    library it loads, is not installed. ecCodes is imported only through here (the optional ``grib`` extra)."""
+    try:
+        return importlib.import_module("eccodes")
+    except (ImportError, RuntimeError):  # RuntimeError: the Python package without its library
+        raise ValueError(f"{what} is GRIB, which needs ecCodes: pip install 'anemo_like[grib]'") from None
+
+
+def metadata_sources(
+    checkpoint: Path, stored: Mapping[str, Mapping[str, Any]], dataset: AnemoiZarr | None
+) -> list[tuple[str, Mapping[str, Mapping[str, Any]]]]:
+    """Where MARS keys are looked up after grib.variables: the checkpoint's stored variables_metadata, then the
+    dataset's (when one is opened), each named for messages."""
+    sources = [(f"checkpoint {checkpoint}", stored)]
+    if dataset is not None:
+        sources.append((f"dataset {dataset.path}", dataset.attrs.get("variables_metadata") or {}))
+    return sources
 
 
 def _from_metadata(entry: Mapping[str, Any] | None) -> MarsKeys | None:
@@ -52,14 +86,16 @@ def resolve_mars_keys(
     missing = [name for name in names if name not in keys]
     if missing:
         searched = ", ".join(["grib.variables", *(f"the variables_metadata of {source}" for source, _ in metadata)])
-        example = missing[0]
         raise ValueError(
             f"no GRIB parameter for the variable(s) {', '.join(missing)}: none in {searched}; map each in "
-            f"grib.variables, e.g. '+grib.variables.{example}={{param: t, levtype: pl, levelist: 850}}'"
+            f"grib.variables, e.g. '+grib.variables.{missing[0]}={_guess(missing[0])}'"
         )
     return keys
 
 
-def mars_name(keys: MarsKeys) -> str:
-    """The anemoi-datasets name of ``keys``: ``param_levelist`` (z_500), or ``param`` for a surface field."""
-    return keys.param if keys.levelist is None else f"{keys.param}_{keys.levelist}"
+def _guess(name: str) -> str:
+    """The likely MARS keys of ``name`` in anemoi-datasets' naming (``z_500``: z on 500 hPa; else a surface
+    field), as a Hydra override value, for the refusal's example."""
+    if match := re.fullmatch(r"(.+)_(\d+)", name):
+        return f"{{param: {match.group(1)}, levtype: pl, levelist: {match.group(2)}}}"
+    return f"{{param: {name}, levtype: sfc}}"

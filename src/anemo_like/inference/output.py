@@ -21,8 +21,9 @@ import anemo_like
 from anemo_like.atomic_io import disk_full
 from anemo_like.config.inference import GRIB_SUFFIXES
 from anemo_like.data.zarr_store import format_frequency
-from anemo_like.inference.grib_messages import grib_origin, load_eccodes
+from anemo_like.inference.grib_messages import grib_origin
 from anemo_like.inference.inputs import ForecastInputs, variable_metadata
+from anemo_like.inference.mars_keys import load_eccodes
 from anemo_like.interrupts import deferred
 
 LOG = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def _is_ours(path: Path) -> bool:
         return _is_our_forecast(_zarr_attributes(path))
     if path.suffix == ".nc":
         return _is_our_forecast(netcdf_attributes(path))
-    return path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(path), path) == "ours"
+    return path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(f"output {path}"), path) == "ours"
 
 
 def _contents(path: Path) -> str:
@@ -93,7 +94,7 @@ def _contents(path: Path) -> str:
         return "an anemoi-datasets dataset" if "variables" in attrs else "a zarr store not written by anemo-infer"
     if path.suffix == ".nc" and netcdf_attributes(path) is not None:
         return "a netCDF file not written by anemo-infer"
-    if path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(path), path) == "grib":
+    if path.suffix in GRIB_SUFFIXES and grib_origin(load_eccodes(f"output {path}"), path) == "grib":
         return "a GRIB file not written by anemo-infer"
     return "a file that is not a forecast of anemo-infer"
 
@@ -106,7 +107,7 @@ def check_output(path: Path, *, remove_stale: bool = True) -> None:
     path inside a zarr store.
     """
     if path.suffix in GRIB_SUFFIXES:
-        load_eccodes(path)  # refused without ecCodes, before anything else
+        load_eccodes(f"output {path}")  # refused without ecCodes, before anything else
     check_writable(path, key="output")
     if remove_stale:  # the temporary copies a killed anemo-infer left (one rank cleans)
         _remove_stale_temporaries(path)

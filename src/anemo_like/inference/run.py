@@ -11,11 +11,11 @@ import xarray as xr
 
 from anemo_like.checkpoints.inference import InferenceBundle, load_inference_checkpoint
 from anemo_like.config.inference import GRIB_SUFFIXES, InferenceConfig
-from anemo_like.data.zarr_store import format_frequency, parse_frequency
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
 from anemo_like.inference.grib_output import GribPlan, prepare_grib, write_grib
-from anemo_like.inference.inputs import ForecastInputs, open_inputs
+from anemo_like.inference.inputs import ForecastInputs, open_inputs, open_truth
 from anemo_like.inference.memory_fit import check_forecasts_fit
 from anemo_like.inference.output import (
     check_finite_forecasts,
@@ -26,6 +26,7 @@ from anemo_like.inference.output import (
 )
 from anemo_like.inference.parallel import InferenceRanks, gather_forecasts, place_inference
 from anemo_like.inference.scores import Verification
+from anemo_like.inference.state_source import describe
 from anemo_like.inference.verification import TABLE, VerificationRequest, training_climatology, verify_forecast
 from anemo_like.interrupts import phase
 from anemo_like.runtime.backends import check_backends
@@ -44,6 +45,7 @@ class PreparedRun:
     checkpoint: Path
     bundle: InferenceBundle
     inputs: ForecastInputs  # every initial date of the run
+    truth: AnemoiZarr | None  # the dataset verify=true scores against (None: input files and no dataset opened)
     ranks: InferenceRanks
     device: torch.device
     output: Path
@@ -123,14 +125,17 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
         set_heap_release(bundle.config.system.hardware.release_cpu_heap_mib)
     ranks = place_inference(config, launch, model=bundle.model, trained=bundle.config)
-    inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint)
+    truth = open_truth(config, bundle.config)
+    inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint, truth=truth)
     plot_variable = _check_verification(config, inputs)
     grib = None
     if output.suffix in GRIB_SUFFIXES:  # each variable's GRIB parameter, the encoding and the grid
-        grib = prepare_grib(config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint)
+        grib = prepare_grib(
+            config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint, dataset=truth
+        )
     check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
-        "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, dataset %s",
+        "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, %s",
         checkpoint,
         len(inputs.init_indices),
         inputs.init_dates[0],
@@ -139,13 +144,14 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
         format_frequency(inputs.step),
         device,
         config.precision,
-        inputs.store.path,
+        describe(inputs.store),
     )
     return PreparedRun(
         config=config,
         checkpoint=checkpoint,
         bundle=bundle,
         inputs=inputs,
+        truth=truth,
         ranks=ranks,
         device=device,
         output=output,
@@ -238,7 +244,8 @@ def _verify(prepared: PreparedRun, dataset: xr.Dataset) -> InferenceOutputs:
     result = verify_forecast(
         VerificationRequest(
             forecast=prepared.output,
-            store=inputs.store,
+            store=prepared.truth,
+            initial=inputs.store,
             variables=roles.output,
             num_prognostic=len(roles.prognostic),
             area_weight=prepared.bundle.graph["data"].area_weight.numpy(),

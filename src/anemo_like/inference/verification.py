@@ -17,6 +17,7 @@ from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
 from anemo_like.inference.ensemble_verification import EnsembleVerification
 from anemo_like.inference.scores import ErrorSums, Verification
+from anemo_like.inference.state_source import StateSource
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
 
 LOG = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class VerificationRequest:
 
     forecast: Path  # written by anemo-infer (named in the table)
     store: AnemoiZarr  # the truth
+    initial: StateSource  # the initial states (the dataset, or the input files): persistence
     variables: list[str]  # the forecast's variables, prognostic first
     num_prognostic: int
     area_weight: np.ndarray  # (G,) any positive weights, e.g. the graph's data area weights
@@ -56,7 +58,7 @@ class VerificationRequest:
     plot_lead: str | None  # None: the longest scored lead
 
 
-def _dataset_index(store: AnemoiZarr, dates: np.ndarray) -> np.ndarray:
+def _dataset_index(store: StateSource, dates: np.ndarray) -> np.ndarray:
     """Index of each date (any shape) in the dataset, -1 where the dataset does not have it."""
     dates = dates.astype("datetime64[s]")
     index = np.clip(np.searchsorted(store.dates, dates), 0, len(store.dates) - 1)
@@ -123,12 +125,13 @@ def _score(request: VerificationRequest, forecast: xr.Dataset, truth_index: np.n
     ``number`` dimension) is scored by its mean, and by its members in :attr:`Verification.ensemble`."""
     store, names = request.store, request.variables
     steps = forecast["step"].values
-    init_index = _dataset_index(store, forecast["time"].values)  # (N,)
+    init_index = _dataset_index(request.initial, forecast["time"].values)  # (N,)
+    persisted = request.initial.variable_indices(names[: request.num_prognostic])
     sums = _Sums(request, num_leads=len(steps), members=forecast.sizes.get("number", 1))
     read_index = store.variable_indices(names)
     for n, init in enumerate(init_index):
-        initial = store.read(slice(init, init + 1), read_index)[0].T.astype(np.float64)  # (G, V)
-        initial[:, request.num_prognostic :] = np.nan  # persistence only for prognostic variables
+        initial = np.full((store.shape[-1], len(names)), np.nan)  # (G, V): persistence only for prognostic ones
+        initial[:, : request.num_prognostic] = request.initial.read(slice(init, init + 1), persisted)[0].T
         members = _members(forecast, names, n)  # (M, L, G, V)
         for lead, index in enumerate(truth_index[n]):
             if index >= 0:
