@@ -21,7 +21,7 @@ import xarray as xr
 import anemo_like
 from anemo_like.atomic_io import disk_full
 from anemo_like.checkpoints.inference import InferenceBundle
-from anemo_like.config.inference import GribConfig, InferenceConfig, MarsKeys
+from anemo_like.config.inference import GRIB_SUFFIXES, GribConfig, InferenceConfig, MarsKeys
 from anemo_like.data.grid_kinds import TOLERANCE, UNSTRUCTURED, GridKind, classify_grid
 from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.inference.grib_messages import (
@@ -74,10 +74,12 @@ class GribPlan:
 
 
 def prepare_grib(config: InferenceConfig, *, bundle: InferenceBundle, inputs: ForecastInputs, output: Path,
-                 checkpoint: Path, dataset: AnemoiZarr | None) -> GribPlan:  # fmt: skip
+                 checkpoint: Path, dataset: AnemoiZarr | None) -> GribPlan | None:  # fmt: skip
     """Check a GRIB output before any forecast runs: each output variable's parameter, from grib.variables or the
     variables_metadata of the checkpoint or of ``dataset`` (ValueError naming those without one), then
-    :func:`grib_plan`."""
+    :func:`grib_plan`. None when ``output`` is not GRIB (netCDF, zarr)."""
+    if output.suffix not in GRIB_SUFFIXES:
+        return None
     load_eccodes(f"output {output}")
     store = inputs.store
     keys = resolve_mars_keys(

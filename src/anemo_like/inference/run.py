@@ -10,7 +10,7 @@ import torch
 import xarray as xr
 
 from anemo_like.checkpoints.inference import InferenceBundle, load_inference_checkpoint
-from anemo_like.config.inference import GRIB_SUFFIXES, InferenceConfig
+from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
@@ -128,11 +128,7 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     truth = open_truth(config, bundle.config)
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint, truth=truth)
     plot_variable = _check_verification(config, inputs)
-    grib = None
-    if output.suffix in GRIB_SUFFIXES:  # each variable's GRIB parameter, the encoding and the grid
-        grib = prepare_grib(
-            config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint, dataset=truth
-        )
+    grib = prepare_grib(config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint, dataset=truth)
     check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
         "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, %s",
