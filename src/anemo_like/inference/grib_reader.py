@@ -107,7 +107,9 @@ def read_grib(path: Path, keys: Mapping[str, MarsKeys]) -> FieldsRead:
             try:
                 messages.take(handle, number)
             except ec.GribInternalError as error:
-                raise ValueError(f"input {path}: message {number} cannot be decoded ({error})") from None
+                raise ValueError(
+                    f"input {path}: message {number} cannot be decoded ({error}); copy or write the file again"
+                ) from None
             finally:
                 ec.codes_release(handle)
     if number == 0:

@@ -30,8 +30,8 @@ def _coordinate(ds: xr.Dataset, path: Path, names: tuple[str, ...]) -> xr.DataAr
     found = next((ds[name] for name in names if name in ds.variables), None)
     if found is None:
         raise ValueError(
-            f"input {path} has no {' or '.join(names)} coordinate; expected latitude and longitude of each grid "
-            "point (docs/inference.md)"
+            f"input {path} has no {' or '.join(names)} coordinate: add the latitude and longitude (degrees) of its "
+            "grid points as coordinates (docs/inference.md)"
         )
     return found
 
@@ -48,27 +48,36 @@ def _grid(ds: xr.Dataset, path: Path) -> tuple[xr.Dataset, tuple[str, ...], np.n
         lat2, lon2 = np.meshgrid(lat.values.astype(np.float64), lon.values.astype(np.float64), indexing="ij")
         return ds, (lat.dims[0], lon.dims[0]), lat2.ravel(), lon2.ravel()
     raise ValueError(
-        f"input {path}: its latitude and longitude have dimensions {lat.dims} and {lon.dims}; expected both along "
-        "one point dimension, or 1-D coordinates of a regular grid"
+        f"input {path}: its latitude and longitude have dimensions ({', '.join(map(str, lat.dims))}) and "
+        f"({', '.join(map(str, lon.dims))}); expected both along one point dimension, or 1-D coordinates of a regular "
+        "grid: stack the fields' grid dimensions into one, or interpolate to the model's grid"
     )
 
 
-def _valid_times(ds: xr.Dataset, var: xr.DataArray, dims: list[str], path: Path) -> np.ndarray:
+def _layout_error(path: Path, var: xr.DataArray, points: tuple[str, ...]) -> ValueError:
+    return ValueError(
+        f"input {path}: variable {var.name} has dimensions ({', '.join(map(str, var.dims))}); expected time (or "
+        f"valid_time, or time and step), an optional level ({', '.join(LEVELS)}) and the grid's "
+        f"({', '.join(points)}): select one value of the other dimensions, or rename them"
+    )
+
+
+def _valid_times(ds: xr.Dataset, var: xr.DataArray, dims: list[str], path: Path, points: tuple[str, ...]) -> np.ndarray:
     """The valid time of each index of ``dims`` (flattened, C order), datetime64[s]."""
     if not dims:
         scalar = next((ds[name] for name in ("valid_time", "time") if name in ds.variables), None)
         if scalar is None or scalar.ndim:
-            raise ValueError(f"input {path}: variable {var.name} has no time (a time or valid_time coordinate)")
+            raise ValueError(
+                f"input {path}: variable {var.name} has no time: add its valid time as a time dimension or a scalar "
+                "valid_time coordinate"
+            )
         return np.atleast_1d(scalar.values.astype("datetime64[s]"))
     if dims == ["time", "step"]:
         valid = ds["time"].values[:, None] + ds["step"].values[None, :]
         return valid.ravel().astype("datetime64[s]")
     if len(dims) == 1 and dims[0] in ("time", "valid_time"):
         return ds[dims[0]].values.astype("datetime64[s]")
-    raise ValueError(
-        f"input {path}: variable {var.name} has dimensions {var.dims}; expected time (or valid_time, or time and "
-        "step), an optional level and the grid's"
-    )
+    raise _layout_error(path, var, points)
 
 
 def _levels(var: xr.DataArray, level: str | None) -> list[str]:
@@ -81,40 +90,49 @@ def _levels(var: xr.DataArray, level: str | None) -> list[str]:
     return [f"{var.name}_{round(value)}" for value in values]
 
 
-def _fields_of(ds: xr.Dataset, var: xr.DataArray, points: tuple[str, ...], wanted: set[str], path: Path) -> dict:
+def _fields_of(
+    ds: xr.Dataset, var: xr.DataArray, points: tuple[str, ...], wanted: set[str], path: Path
+) -> list[tuple[tuple[str, np.datetime64], np.ndarray]]:
+    """Each (name, valid time) of ``wanted`` that ``var`` holds, with its values (G,) float32, in order."""
     level = next((d for d in var.dims if d in LEVELS), None)
     names = _levels(var, level)
     if not wanted.intersection(names):
-        return {}
+        return []
     time_dims = [d for d in ("time", "valid_time", "step") if d in var.dims]
     extra = [d for d in var.dims if d not in (*points, *time_dims, level)]
     if extra:
-        raise ValueError(
-            f"input {path}: variable {var.name} has the dimension(s) {', '.join(extra)}; expected time (or "
-            "valid_time, or time and step), an optional level and the grid's"
-        )
-    times = _valid_times(ds, var, time_dims, path)
+        raise _layout_error(path, var, points)
+    times = _valid_times(ds, var, time_dims, path, points)
     order = [*time_dims, *([level] if level else []), *points]
     values = var.transpose(*order).values.reshape(len(times), len(names), -1).astype(np.float32)
-    return {
-        (name, time): values[t, n] for t, time in enumerate(times) for n, name in enumerate(names) if name in wanted
-    }
+    return [
+        ((name, time), values[t, n]) for t, time in enumerate(times) for n, name in enumerate(names) if name in wanted
+    ]
 
 
 def read_netcdf(path: Path, names: list[str]) -> FieldsRead:
     """The fields of ``names`` in netCDF file ``path``; ValueError naming the file and what is wrong."""
     try:
         ds = xr.open_dataset(path)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"input {path} is not a readable netCDF file ({error})") from None
+    except (OSError, ValueError, IndexError):  # no engine opens it (the cause lists the engines), or it is cut short
+        raise ValueError(
+            f"input {path} is not a readable netCDF file: copy or write it again, or name a GRIB file .grib (a "
+            "netCDF-4 file needs the netCDF4 or h5netcdf package)"
+        ) from None
     with ds:
         ds, points, lat, lon = _grid(ds, path)
         fields: dict = {}
+        source: dict = {}  # the variable of each field
         for var in ds.data_vars.values():
             if not set(points) <= set(var.dims):
                 continue
-            for key, values in _fields_of(ds, var, points, set(names), path).items():
+            for key, values in _fields_of(ds, var, points, set(names), path):
                 if key in fields:
-                    raise ValueError(f"input {path} holds {key[0]} at {key[1]} twice; keep one")
-                fields[key] = values
+                    held = (
+                        f"in variable {var.name}, whose times repeat"
+                        if source[key] == var.name
+                        else f"in variables {source[key]} and {var.name}"
+                    )
+                    raise ValueError(f"input {path} holds {key[0]} at {key[1]} twice ({held}); keep one")
+                fields[key], source[key] = values, var.name
     return FieldsRead(path, lat, lon, fields)
