@@ -57,6 +57,8 @@ def test_netcdf_input_gives_the_dataset_forecast_bitwise(skilled, builtin, from_
     forecast = forecast_of(skilled, tmp_path, "from-netcdf", f"input={netcdf}", f"dates=[{INIT}]")
     for name in ["time", *PROGNOSTIC]:
         assert np.array_equal(forecast[name], from_dataset[name]), name
+    with open_forecast(tmp_path / "from-netcdf.nc") as written:  # the file names its initial states' source
+        assert written.attrs["input"] == str(netcdf) and "dataset" not in written.attrs
 
 
 def test_a_list_of_files_one_per_time_in_another_layout(skilled, builtin, from_dataset, tmp_path) -> None:

@@ -161,6 +161,18 @@ def test_o48_forecast_round_trips_through_eccodes_and_cfgrib(tmp_path) -> None:
         assert (np.abs(read["u"].sel(isobaricInhPa=250).values - expected) <= span / 2**16 + 1e-5).all()
 
 
+def test_a_forecast_on_a_grid_removes_our_earlier_coordinates_file(builtin, tmp_path) -> None:
+    """An unstructured forecast's OUT.grid.nc goes when a forecast on a GRIB grid replaces it at the same path."""
+    store = open_anemoi_zarr(builtin)
+    dataset, grid_file = synthetic_forecast(store, steps=1), tmp_path / "f.grib.grid.nc"
+    for shift, kind in ((1.0, "unstructured"), (0.0, "regular_ll")):  # rows not from 0 east: unstructured
+        plan = grib_plan(tmp_path / "f.grib", keys=KEYS, latitudes=store.latitudes, longitudes=store.longitudes + shift,
+                         grib=GribConfig(), members=1, ensemble_stats=False)  # fmt: skip
+        write_grib(dataset, plan)
+        assert plan.kind.name == kind and grid_file.is_file() == (kind == "unstructured")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "f.grib"]
+
+
 def test_regular_gaussian_grid_coordinates_are_eccodes_own(tmp_path) -> None:
     gaussian, _ = gaussian_latitudes(16)
     latitudes, longitudes = np.repeat(gaussian, 64), np.tile(np.arange(64) * 5.625, 32)

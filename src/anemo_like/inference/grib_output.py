@@ -143,12 +143,18 @@ def _grib_grid(ec: ModuleType, latitudes: np.ndarray, longitudes: np.ndarray, *,
     return kind
 
 
+def _our_grid_file(output: Path) -> Path | None:
+    """``OUT.grid.nc`` beside ``output`` when it is a coordinates file anemo-infer wrote, else None."""
+    path = output.with_name(f"{output.name}.grid.nc")
+    if path.is_symlink() or not path.is_file():
+        return None
+    attrs = netcdf_attributes(path)
+    return path if attrs is not None and attrs.get("title") == GRID_TITLE else None
+
+
 def _check_grid_file(path: Path, output: Path) -> None:
     """Refuse to write the coordinates file over anything but one anemo-infer wrote."""
-    if not path.exists() and not path.is_symlink():
-        return
-    attrs = None if path.is_symlink() or not path.is_file() else netcdf_attributes(path)
-    if attrs is None or attrs.get("title") != GRID_TITLE:
+    if (path.exists() or path.is_symlink()) and _our_grid_file(output) is None:
         raise ValueError(
             f"output {output} is on an unstructured grid, whose coordinates go to {path}, but that path holds "
             "something anemo-infer did not write: remove it yourself or choose another path (output=...)"
@@ -196,10 +202,13 @@ def write_grib(dataset: xr.Dataset, plan: GribPlan) -> None:
                 _write_grid_file(grid_tmp, plan)
         except OSError as error:
             raise disk_full(error, plan.path, setting="output") from None
+        stale = _our_grid_file(plan.path) if plan.grid_file is None else None  # of an earlier unstructured forecast
         with deferred():
             if plan.grid_file is not None:
                 os.replace(grid_tmp, plan.grid_file)
             os.replace(tmp, plan.path)
+            if stale is not None:
+                stale.unlink(missing_ok=True)
     finally:
         tmp.unlink(missing_ok=True)
         grid_tmp.unlink(missing_ok=True)

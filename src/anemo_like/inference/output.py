@@ -24,6 +24,7 @@ from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.grib_messages import grib_origin
 from anemo_like.inference.inputs import ForecastInputs, variable_metadata
 from anemo_like.inference.mars_keys import load_eccodes
+from anemo_like.inference.state_source import provenance
 from anemo_like.interrupts import deferred
 
 LOG = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ def _global_attributes(inputs: ForecastInputs, checkpoint: Path, precision: str,
         "source": f"anemo_like {anemo_like.__version__} (anemo-infer)",
         "package_version": anemo_like.__version__,
         "checkpoint": str(checkpoint),
-        "dataset": str(inputs.store.path),
+        **provenance(inputs.store),
         "model_step": format_frequency(inputs.step),
         "precision": precision,
         "history": f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} anemo-infer",

@@ -132,6 +132,7 @@ def read_state_files(
             values[t, v] = held if held is not None else GRID_FORCINGS[name](grid.latitudes, grid.longitudes)
     return FileStates(
         path=paths[0],
+        files=tuple(paths),
         label=label,
         variables=list(names),
         frequency=frequency,

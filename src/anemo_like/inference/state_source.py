@@ -40,6 +40,14 @@ def describe(store: StateSource) -> str:
     return store.label if isinstance(store, FileStates) else f"dataset {store.path}"
 
 
+def provenance(store: StateSource) -> dict[str, str]:
+    """The forecast file's attribute naming where its initial states came from: ``dataset`` (the zarr path) or
+    ``input`` (the files, comma-separated)."""
+    if isinstance(store, FileStates):
+        return {"input": ", ".join(map(str, store.files))}
+    return {"dataset": str(store.path)}
+
+
 @dataclass(frozen=True, eq=False)
 class FileStates:
     """States read from GRIB or netCDF files, held in memory on a regular time axis.
@@ -51,6 +59,7 @@ class FileStates:
     """
 
     path: Path  # the first file
+    files: tuple[Path, ...]  # every input file, as given
     label: str  # how messages name the files: input FILE, or input files FILE, FILE, ...
     variables: list[str]
     frequency: datetime.timedelta
