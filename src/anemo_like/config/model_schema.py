@@ -15,27 +15,100 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from anemo_like.config.base import Strict, is_power_of_two
 
-
 # ---------------------------------------------------------------------------------------------- graph
+MAX_MESH_RESOLUTION = 9  # 10*4^9+2 = 2.6 million hidden nodes
+
+
+def mesh_nodes(resolution: int) -> int:
+    """Vertices of the icosahedron refined ``resolution`` times: 10*4^r+2."""
+    return 10 * 4**resolution + 2
+
+
+class IcosahedralHidden(Strict):
+    """Hidden nodes: the whole refined icosahedron of ``graph.mesh_resolution``."""
+
+    kind: Literal["icosahedral"] = "icosahedral"
+
+
+class StretchedHidden(Strict):
+    """Hidden nodes: the refinement-level ``global_resolution`` vertices everywhere plus every vertex up to level
+    ``region_resolution`` within ``margin_km`` of the dataset's region points (its ``region`` mask); ignores
+    graph.mesh_resolution."""
+
+    kind: Literal["stretched"]
+    global_resolution: int = Field(ge=0, le=MAX_MESH_RESOLUTION - 1, description="refinements everywhere")
+    region_resolution: int = Field(
+        ge=1, le=MAX_MESH_RESOLUTION, description="refinements over the region (> global_resolution)"
+    )
+    margin_km: float = Field(ge=0, description="refined area: within this distance (plus the region's grid spacing)")
+
+    @model_validator(mode="after")
+    def _region_finer(self) -> StretchedHidden:
+        if self.region_resolution <= self.global_resolution:
+            raise ValueError(
+                f"region_resolution ({self.region_resolution}) must be greater than global_resolution "
+                f"({self.global_resolution}): the region's mesh is the finer one"
+            )
+        return self
+
+
+class LimitedAreaHidden(Strict):
+    """Hidden nodes: only the refinement-level ``region_resolution`` vertices within ``margin_km`` of the data
+    points (a regional grid, all of which is the region); ignores graph.mesh_resolution."""
+
+    kind: Literal["limited_area"]
+    region_resolution: int = Field(ge=1, le=MAX_MESH_RESOLUTION, description="refinements of the regional mesh")
+    margin_km: float = Field(ge=0, description="mesh area: within this distance (plus the grid spacing) of the data")
+
+
+HiddenMesh = Annotated[IcosahedralHidden | StretchedHidden | LimitedAreaHidden, Field(discriminator="kind")]
+
+
 class GraphConfig(Strict):
-    mesh_resolution: int = Field(4, ge=0, le=9, description="icosahedron refinements: 10*4^r+2 hidden nodes")
+    mesh_resolution: int = Field(
+        4,
+        ge=0,
+        le=MAX_MESH_RESOLUTION,
+        description="icosahedron refinements of graph.hidden kind icosahedral: 10*4^r+2 hidden nodes (stretched and "
+        "limited_area ignore it)",
+    )
+    hidden: HiddenMesh = Field(
+        None,  # validated: null is the icosahedral mesh, so a value is always a section with a kind
+        validate_default=True,
+        description="hidden nodes: null or {kind: icosahedral} (the whole mesh of graph.mesh_resolution), {kind: "
+        "stretched, global_resolution, region_resolution, margin_km} (needs a dataset with a region mask) or {kind: "
+        "limited_area, region_resolution, margin_km}",
+    )
     cutoff_factor: float = Field(0.6, gt=0)
     knn: int = Field(3, ge=1, description="hidden (mesh) nodes the decoder links each grid point to")
     cache: bool = True
 
+    @field_validator("hidden", mode="before")
+    @classmethod
+    def _null_is_icosahedral(cls, v: object) -> object:
+        return IcosahedralHidden() if v is None else v
+
     @model_validator(mode="after")
     def _knn_fits_the_mesh(self) -> GraphConfig:
-        hidden = 10 * 4**self.mesh_resolution + 2
+        """The fewest hidden nodes the mesh can have: all of them (icosahedral), the global level's (stretched); a
+        limited-area mesh's count depends on the data and is checked when the graph is built."""
+        if isinstance(self.hidden, LimitedAreaHidden):
+            return self
+        if isinstance(self.hidden, StretchedHidden):
+            key, resolution = "graph.hidden.global_resolution", self.hidden.global_resolution
+        else:
+            key, resolution = "graph.mesh_resolution", self.mesh_resolution
+        hidden = mesh_nodes(resolution)
         if self.knn > hidden:
             raise ValueError(
-                f"knn ({self.knn}) is more than the {hidden} hidden (mesh) nodes of mesh_resolution "
-                f"{self.mesh_resolution}; set graph.knn to at most {hidden} or raise graph.mesh_resolution"
+                f"knn ({self.knn}) is more than the {hidden} hidden (mesh) nodes of {key.split('.')[-1]} "
+                f"{resolution}; set graph.knn to at most {hidden} or raise {key}"
             )
         return self
 

@@ -18,24 +18,66 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names each offending key, its value and what is allowed."""
 
 
-def _section(annotation: Any) -> type[BaseModel] | None:
-    """The config section a field holds: its model, one of a union's (``NoiseConfig | None``) or a list's items."""
+def _sections(annotation: Any) -> list[type[BaseModel]]:
+    """The config sections a field may hold: its model, a union's (``NoiseConfig | None``, a discriminated union
+    of sections) or a list's items."""
     candidates = [annotation, *get_args(annotation)]
-    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The first of :func:`_sections`, or None."""
+    return next(iter(_sections(annotation)), None)
+
+
+def _members_tagged(sections: list[type[BaseModel]], discriminator: str | None, tag: object) -> list[type[BaseModel]]:
+    """The member of a discriminated union of ``sections`` whose ``discriminator`` literal is ``tag`` ([] if none)."""
+    if discriminator is None:
+        return []
+    return [s for s in sections if get_args(s.model_fields[discriminator].annotation) == (tag,)]
 
 
 def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
     """Field names allowed at ``path`` (the parent of the offending key), walking the schema; an index of a list of
-    sections (``model.compile.0``) stays on its item."""
-    current: Any = model
+    sections (``model.compile.0``) stays on its item; a union of sections allows the keys of all its members, or of
+    the one whose tag follows in ``path`` (pydantic's loc of a discriminated union: ``graph.hidden.stretched``)."""
+    current: list[type[BaseModel]] = [model]
+    discriminator = None
     for part in path:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part)
-        current = None if field is None else _section(field.annotation)
-        if current is None:
+        member = _members_tagged(current, discriminator, part)
+        discriminator = None
+        if member:
+            current = member
+            continue
+        fields = [section.model_fields[part] for section in current if part in section.model_fields]
+        discriminator = next((field.discriminator for field in fields if field.discriminator), None)
+        current = [section for field in fields for section in _sections(field.annotation)]
+        if not current:
             return []
-    return list(current.model_fields)
+    return list(dict.fromkeys(key for section in current for key in section.model_fields))
+
+
+def _without_union_tags(schema: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """``loc`` without the member tags pydantic puts after a discriminated union of sections
+    (``graph.hidden.stretched.margin_km``: ``graph.hidden.margin_km``)."""
+    kept: list[str | int] = []
+    sections: list[type[BaseModel]] = [schema]
+    discriminator = None
+    for part in loc:
+        tagged = _members_tagged(sections, discriminator, part)
+        discriminator = None
+        if tagged:
+            sections = tagged
+            continue
+        kept.append(part)
+        if isinstance(part, int):
+            continue
+        fields = [section.model_fields[part] for section in sections if part in section.model_fields]
+        discriminator = next((field.discriminator for field in fields if field.discriminator), None)
+        sections = [section for field in fields for section in _sections(field.annotation)]
+    return tuple(kept)
 
 
 def _schema_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -118,7 +160,7 @@ def _describe(error: dict[str, Any], config: Mapping[str, Any], schema: type[Bas
     loc = tuple(error["loc"])
     key = ".".join(str(p) for p in loc) or "<root>"
     if error["type"] == "extra_forbidden":
-        return _unknown_key(schema, loc, len(loc) - 1, _allowed_keys(schema, loc[:-1]))
+        return _unknown_key(schema, loc, len(loc) - 1, _allowed_keys(schema, tuple(error["tagged_loc"])[:-1]))
     value = _value_at(config, loc)
     message = error["msg"].removeprefix("Value error, ")
     if not loc:  # a rule across sections: its message names the keys
@@ -159,7 +201,11 @@ def validate_schema(schema: type[Schema], config: Mapping[str, Any]) -> Schema:
 def config_problems(error: ValidationError, config: Mapping[str, Any], schema: type[BaseModel]) -> list[str]:
     """One line per problem of ``error`` (``schema`` validating ``config``), naming the key, value and what is
     allowed."""
-    return [_describe(problem, config, schema) for problem in _merge_union_members(error.errors(), config)]
+    errors = [
+        {**problem, "loc": _without_union_tags(schema, tuple(problem["loc"])), "tagged_loc": problem["loc"]}
+        for problem in error.errors()
+    ]
+    return [_describe(problem, config, schema) for problem in _merge_union_members(errors, config)]
 
 
 def validate_config(config: Mapping[str, Any]) -> RunConfig:

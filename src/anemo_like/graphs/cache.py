@@ -10,7 +10,7 @@ import numpy as np
 from torch_geometric.data import HeteroData
 
 from anemo_like.atomic_io import atomic_torch_save
-from anemo_like.config.model_schema import GraphConfig
+from anemo_like.config.model_schema import GraphConfig, HiddenMesh, IcosahedralHidden, StretchedHidden
 from anemo_like.graphs.builder import build_graph
 from anemo_like.graphs.serialization import graph_from_tensors, graph_to_tensors, load_weights_only
 
@@ -30,20 +30,32 @@ def graph_cache_key(
     cutoff_factor: float,
     knn: int,
     processor_edges: bool,
+    hidden: HiddenMesh = _DEFAULTS.hidden,
+    region: np.ndarray | None = None,
 ) -> str:
-    """16-hex-digit hash of the coordinates (as float64 degrees) and every build argument."""
-    spec = {
+    """16-hex-digit hash of the coordinates (as float64 degrees) and every build argument.
+
+    An icosahedral graph's key is the one it had before regional meshes existed (same spec, no region). A regional
+    graph's key holds the hidden spec instead of mesh_resolution (unused), and a stretched one also the region mask.
+    """
+    spec: dict[str, object] = {
         "version": _CACHE_FORMAT_VERSION,
-        "mesh_resolution": int(mesh_resolution),
         "cutoff_factor": float(cutoff_factor),
         "knn": int(knn),
         "processor_edges": bool(processor_edges),
     }
+    if isinstance(hidden, IcosahedralHidden):
+        spec["mesh_resolution"] = int(mesh_resolution)
+    else:
+        spec["hidden"] = hidden.model_dump()
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
     for coordinates in (latitudes_deg, longitudes_deg):
         array = np.ascontiguousarray(coordinates, dtype=np.float64)
         digest.update(str(array.shape).encode())
         digest.update(array.tobytes())
+    if isinstance(hidden, StretchedHidden) and region is not None:
+        mask = np.asarray(region, dtype=bool)
+        digest.update(f"region{mask.shape}".encode() + np.packbits(mask).tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -53,6 +65,8 @@ def load_or_build_graph(
     *,
     cache_dir: Path | None,
     mesh_resolution: int,
+    hidden: HiddenMesh = _DEFAULTS.hidden,
+    region: np.ndarray | None = None,
     cutoff_factor: float = _DEFAULTS.cutoff_factor,
     knn: int = _DEFAULTS.knn,
     processor_edges: bool = True,
@@ -60,6 +74,8 @@ def load_or_build_graph(
     """`build_graph`, reusing cache_dir/graph-<key>.pt when present; cache_dir None disables caching."""
     spec = {
         "mesh_resolution": mesh_resolution,
+        "hidden": hidden,
+        "region": region,
         "cutoff_factor": cutoff_factor,
         "knn": knn,
         "processor_edges": processor_edges,

@@ -4,6 +4,7 @@ Every function returns edge_index int64 (2, E) = [source; destination], sorted b
 (stable, ties by source ascending).
 """
 
+import itertools
 from collections.abc import Iterable
 
 import numpy as np
@@ -36,6 +37,17 @@ def cutoff_edges(source_xyz: np.ndarray, destination_xyz: np.ndarray, *, radius:
     destinations = candidates["i"].astype(np.int64)
     sources = candidates["j"].astype(np.int64)
     within = great_circle_distance(source_xyz[sources], destination_xyz[destinations]) <= radius
+    return sort_by_destination(np.stack([sources[within], destinations[within]]))
+
+
+def variable_radius_edges(source_xyz: np.ndarray, destination_xyz: np.ndarray, *, radii: np.ndarray) -> np.ndarray:
+    """Edges j -> i for every source j within great-circle distance radii[i] (radians, (N_destination,)) of i."""
+    tree = cKDTree(source_xyz)
+    neighbours = tree.query_ball_point(destination_xyz, r=arc_to_chord(np.asarray(radii)) * _SEARCH_SLACK)
+    counts = np.fromiter(map(len, neighbours), dtype=np.int64, count=len(destination_xyz))
+    sources = np.fromiter(itertools.chain.from_iterable(neighbours), dtype=np.int64, count=int(counts.sum()))
+    destinations = np.repeat(np.arange(len(destination_xyz), dtype=np.int64), counts)
+    within = great_circle_distance(source_xyz[sources], destination_xyz[destinations]) <= radii[destinations]
     return sort_by_destination(np.stack([sources[within], destinations[within]]))
 
 

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+EARTH_RADIUS_KM = 6371.0  # mean radius: great-circle distances in radians times this are kilometres
+
 
 def latlon_to_xyz(latitudes_rad: np.ndarray, longitudes_rad: np.ndarray) -> np.ndarray:
     """Unit vectors float64 (N, 3) for latitudes/longitudes (N,) in radians."""
@@ -25,6 +27,6 @@ def great_circle_distance(a_xyz: np.ndarray, b_xyz: np.ndarray) -> np.ndarray:
     return np.arctan2(cross_norm, dot)
 
 
-def arc_to_chord(arc_rad: float) -> float:
-    """Straight-line distance between two unit vectors separated by `arc_rad` radians."""
+def arc_to_chord(arc_rad: float | np.ndarray) -> float | np.ndarray:
+    """Straight-line distance between two unit vectors separated by `arc_rad` radians (a number or an array)."""
     return 2.0 * np.sin(arc_rad / 2.0)

@@ -20,6 +20,7 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.checkpoints.weights import CheckpointWeights, read_checkpoint_weights
 from anemo_like.config.schema import ModelConfig, RunConfig
+from anemo_like.data.point_masks import REGION, point_mask
 from anemo_like.data.setup import DataSetup, setup_data
 from anemo_like.distributed.environment import (
     LaunchEnvironment,
@@ -178,11 +179,14 @@ def load_data_and_graph(
     with main_rank_first(launch):
         data = setup_data(config, statistics=statistics)
         cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
+        stretched = config.graph.hidden.kind == "stretched"  # the one mesh that needs the region mask
         graph = load_or_build_graph(
             data.store.latitudes,
             data.store.longitudes,
             cache_dir=cache,
             mesh_resolution=config.graph.mesh_resolution,
+            hidden=config.graph.hidden,
+            region=point_mask(data.store, REGION) if stretched else None,
             cutoff_factor=config.graph.cutoff_factor,
             knn=config.graph.knn,
             processor_edges=config.model.processor.type == "graphtransformer",
