@@ -133,6 +133,12 @@ class NodeScaler(Strict):
 
     weights: Literal["area", "uniform"] = Field("area", description="area: the graph's area weights; uniform: 1")
     mask: NodeMask | None = Field(None, description="regional fine-tuning: points outside this box get weight 0")
+    region_weight: float | None = Field(
+        None,
+        gt=0,
+        description="a dataset with a region mask (data.cutout): the regional points' weight times this, relative "
+        "to the rest; null: no change. Boundary points of a limited-area dataset always get weight 0",
+    )
 
 
 class ScalersConfig(Strict):

@@ -1,4 +1,6 @@
-"""Verify a written forecast against its dataset: scores beside persistence and climatology, a table and plots."""
+"""Verify a written forecast against its dataset: scores beside persistence and climatology, a table and plots;
+with the truth's point masks, also for the region and the rest (a combined dataset) or the interior only (a
+limited-area dataset)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ import xarray as xr
 
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
+from anemo_like.data.point_masks import REGION, point_mask
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
 from anemo_like.inference.ensemble_verification import EnsembleVerification
-from anemo_like.inference.scores import ErrorSums, Verification
+from anemo_like.inference.scores import ErrorSums, PartScores, Verification
 from anemo_like.inference.state_source import StateSource
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
+from anemo_like.training.score_areas import score_areas
 
 LOG = logging.getLogger(__name__)
 TABLE, JSON_SCORES = "verification.md", "verification.json"
@@ -96,9 +100,11 @@ class _Sums:
     def __init__(self, request: VerificationRequest, *, num_leads: int, members: int) -> None:
         kinds = ["model", "persistence", *([] if request.climatology is None else ["climatology"])]
         shape = {"num_leads": num_leads, "num_variables": len(request.variables)}
-        self.errors = {kind: ErrorSums(weight=request.area_weight, **shape) for kind in kinds}
+        self.areas = score_areas(request.store)
+        weights = self.areas.weights(request.area_weight)  # (K, G): the scored points, then each part
+        self.errors = {kind: ErrorSums(weights=weights, **shape) for kind in kinds}
         self.ensemble = EnsembleScoreSums.zeros(**shape, num_members=members) if members > 1 else None
-        self.weight = request.area_weight  # (G,)
+        self.weight = weights[0]  # (G,)
         self.climatology = request.climatology
 
     def add(self, lead: int, members: np.ndarray, truth: np.ndarray, initial: np.ndarray) -> None:
@@ -110,6 +116,14 @@ class _Sums:
             self.errors["climatology"].add(lead, self.climatology - truth)
         if self.ensemble is not None:
             self.ensemble.add(lead, members[None], truth[None], self.weight)
+
+    def scores(self, row: int, scored: np.ndarray) -> PartScores:
+        """RMSE, MAE and bias of every kind for row ``row`` of the point weights, at the ``scored`` leads."""
+        return PartScores(
+            rmse={kind: sums.rmse()[row, scored] for kind, sums in self.errors.items()},
+            mae={kind: sums.mae()[row, scored] for kind, sums in self.errors.items()},
+            bias={kind: sums.bias()[row, scored] for kind, sums in self.errors.items()},
+        )
 
 
 def _members(forecast: xr.Dataset, names: list[str], n: int) -> np.ndarray:
@@ -139,16 +153,19 @@ def _score(request: VerificationRequest, forecast: xr.Dataset, truth_index: np.n
                 sums.add(lead, members[:, lead], truth, initial)
     scored = np.flatnonzero((truth_index >= 0).any(axis=0))
     leads = [_timedelta(steps[i]) for i in scored]
+    whole = sums.scores(0, scored)
     return Verification(
         variables=names,
         num_prognostic=request.num_prognostic,
         leads=[format_frequency(lead) for lead in leads],
         lead_hours=[lead.total_seconds() / 3600 for lead in leads],
         forecasts=[int(c) for c in (truth_index >= 0).sum(axis=0)[scored]],
-        rmse={k: s.rmse()[scored] for k, s in sums.errors.items()},
-        mae={k: s.mae()[scored] for k, s in sums.errors.items()},
-        bias={k: s.bias()[scored] for k, s in sums.errors.items()},
+        rmse=whole.rmse,
+        mae=whole.mae,
+        bias=whole.bias,
         ensemble=None if sums.ensemble is None else EnsembleVerification.from_sums(sums.ensemble, scored),
+        parts={name: sums.scores(k, scored) for k, name in enumerate(sums.areas.names, start=1)},
+        note=sums.areas.note(),
     )
 
 
@@ -159,8 +176,8 @@ def _timedelta(value: np.timedelta64) -> datetime.timedelta:
 def _write(
     request: VerificationRequest, result: Verification, *, forecast: xr.Dataset, truth_index: np.ndarray
 ) -> None:
-    """verification.md, verification.json, rmse_by_lead.png and forecast_map.png in ``request.output``, and of an
-    ensemble rank_histogram.png and spread_skill.png."""
+    """verification.md, verification.json, rmse_by_lead.png, forecast_map.png (and of a truth with a region mask
+    region_map.png) in ``request.output``, and of an ensemble rank_histogram.png and spread_skill.png."""
     from anemo_like.diagnostics.plots import plot_rmse_by_lead  # matplotlib: on this rank only
 
     out = request.output
@@ -213,8 +230,8 @@ def _write_map(
     steps: list[datetime.timedelta],
 ) -> None:
     """forecast_map.png: ``plot_variable`` at step ``lead`` of the first forecast with truth there (of an
-    ensemble: its mean)."""
-    from anemo_like.diagnostics.plots import plot_forecast_map  # matplotlib: on this rank only
+    ensemble: its mean); of a truth with a region mask also region_map.png, the regional points alone."""
+    from anemo_like.diagnostics.plots import REGION_MAP, plot_forecast_map, plot_region_map  # matplotlib: here only
 
     with_truth = np.flatnonzero(truth_index[:, lead] >= 0)
     if with_truth.size == 0:
@@ -227,11 +244,14 @@ def _write_map(
     field = forecast[name].isel(time=n, step=lead)
     ensemble = "number" in field.dims
     shown = f"{name} ensemble mean" if ensemble else name
-    plot_forecast_map(
+    values = dict(
         lat=forecast["latitude"].values,
         lon=forecast["longitude"].values,
         truth=truth,
         forecast=field.mean("number").values if ensemble else field.values,
-        title=f"{shown} at {request.store.dates[valid]}, +{format_frequency(steps[lead])} from {init}",
-        path=request.output / MAP_PLOT,
     )
+    title = f"{shown} at {request.store.dates[valid]}, +{format_frequency(steps[lead])} from {init}"
+    plot_forecast_map(**values, title=title, path=request.output / MAP_PLOT)
+    region = point_mask(request.store, REGION)
+    if region is not None:
+        plot_region_map(**values, region=region, title=f"{title}, region", path=request.output / REGION_MAP)

@@ -10,8 +10,15 @@ import torch
 
 from anemo_like.checkpoints.inference import save_inference_checkpoint
 from anemo_like.checkpoints.locate import INFERENCE_FILE
+from anemo_like.data.point_masks import REGION, point_mask
 from anemo_like.diagnostics.ensemble_plots import plot_ensemble_scores
-from anemo_like.diagnostics.plots import plot_forecast_map, plot_loss_curve, plot_rmse_by_lead
+from anemo_like.diagnostics.plots import (
+    REGION_MAP,
+    plot_forecast_map,
+    plot_loss_curve,
+    plot_region_map,
+    plot_rmse_by_lead,
+)
 from anemo_like.models.rollout import rollout
 from anemo_like.runtime.process_memory import peak_rss_mib
 from anemo_like.training.ensemble import VALIDATION_STREAM, member_noise, member_seed
@@ -50,20 +57,23 @@ def forecast_sample(run: Run, prepare) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def plot_forecast(run: Run, prediction: torch.Tensor, target: torch.Tensor) -> None:
-    """Map of the first lead's forecast and truth of ``diagnostics.plot_variable``, physical units."""
+    """Map of the first lead's forecast and truth of ``diagnostics.plot_variable``, physical units; of a dataset
+    with a region mask also ``region_map.png``, the regional points alone."""
     roles, normalizer = run.data.roles, run.data.normalizer
     name = run.config.diagnostics.plot_variable or roles.prognostic[0]
     v, r = roles.output.index(name), roles.read.index(name)
     scale, offset = normalizer.scale[r], normalizer.offset[r]
     date = run.data.val.dates(0)[run.config.training.multistep_input]
-    plot_forecast_map(
-        lat=run.data.store.latitudes,
-        lon=run.data.store.longitudes,
-        truth=target[0, :, v].cpu().numpy() * scale + offset,
-        forecast=prediction[0, :, v].cpu().numpy() * scale + offset,
-        title=f"{name} at {date}, first lead time",
-        path=run.placement.run_dir / "forecast_map.png",
-    )
+    store = run.data.store
+    truth = target[0, :, v].cpu().numpy() * scale + offset
+    forecast = prediction[0, :, v].cpu().numpy() * scale + offset
+    title = f"{name} at {date}, first lead time"
+    field = dict(lat=store.latitudes, lon=store.longitudes, truth=truth, forecast=forecast)
+    plot_forecast_map(**field, title=title, path=run.placement.run_dir / "forecast_map.png")
+    region = point_mask(store, REGION)
+    if region is not None:
+        path = run.placement.run_dir / REGION_MAP
+        plot_region_map(**field, region=region, title=f"{title}, region", path=path)
 
 
 def write_plots(run: Run, result: ValidationResult, metrics: MetricsLog, sample: tuple[torch.Tensor, torch.Tensor]):
@@ -132,6 +142,7 @@ def write_run_outputs(
         else "model does NOT beat persistence on every prognostic variable yet",
         folder,
         (", loss_curve.png, rmse_by_lead.png, forecast_map.png" if plots else "")
+        + (f", {REGION_MAP}" if plots and result.parts else "")
         + (", rank_histogram.png, spread_skill.png" if plots and result.ensemble is not None else ""),
     )
     return RunOutputs(folder, training_checkpoint, inference_path, metrics.path, result)

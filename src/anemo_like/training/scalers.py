@@ -1,8 +1,9 @@
 """The weights of the training loss (``training.scalers``), as anemoi's scalers, from the config and the dataset.
 
 Per output variable: ``training.variable_loss_weights`` x the pressure-level factor x the tendency factor; per grid
-point: the graph's area weight (or 1) times an optional latitude/longitude box mask. :func:`build_loss` builds the
-loss ``training.loss`` names with them and logs the variable weights once.
+point: the graph's area weight (or 1) times an optional latitude/longitude box mask, the region weight on the
+regional points of a combined dataset and 0 on the forced boundary points of a limited-area one. :func:`build_loss`
+builds the loss ``training.loss`` names with them and logs the variable weights once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from anemo_like.config.loss_schema import (
     eastward,
 )
 from anemo_like.config.schema import RunConfig
+from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import DataSetup
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, read_tendency_stdev
 from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
@@ -135,8 +137,11 @@ def in_box(mask: NodeMask, latitudes: np.ndarray, longitudes: np.ndarray) -> np.
 
 
 def node_weights(config: NodeScaler, *, area_weight: torch.Tensor, store: AnemoiZarr) -> torch.Tensor:
-    """(G,) float32: area weights (or 1), zero outside ``config.mask``."""
+    """(G,) float32: area weights (or 1), zero outside ``config.mask``, times :func:`point_factors`."""
     weights = area_weight if config.weights == "area" else torch.ones_like(area_weight)
+    factors = point_factors(config, store)
+    if (factors != 1).any():
+        weights = weights * torch.as_tensor(factors, dtype=weights.dtype)
     if config.mask is None:
         return weights
     inside = in_box(config.mask, store.latitudes, store.longitudes)
@@ -146,6 +151,38 @@ def node_weights(config: NodeScaler, *, area_weight: torch.Tensor, store: Anemoi
             f", longitude {list(config.mask.longitude)}"
         )
     return weights * torch.as_tensor(inside, dtype=weights.dtype)
+
+
+def point_factors(config: NodeScaler, store: AnemoiZarr) -> np.ndarray:
+    """(G,) float64 factors of the dataset's point masks: ``config.region_weight`` on the regional points (1
+    elsewhere), and 0 on the forced boundary points of a limited-area dataset, which are not predicted."""
+    factors = np.ones(store.shape[-1])
+    if config.region_weight is not None:
+        region = point_mask(store, REGION)
+        if region is None:
+            raise ValueError(
+                f"training.scalers.nodes.region_weight: dataset {store.path} has no '{REGION}' point mask, so it has "
+                "no regional points to weight; use a combined dataset (data.cutout) or set region_weight to null"
+            )
+        factors[region] = config.region_weight
+    boundary = point_mask(store, BOUNDARY)
+    if boundary is not None:
+        factors[boundary] = 0.0
+    return factors
+
+
+def node_note(config: NodeScaler, node: torch.Tensor, store: AnemoiZarr) -> list[str]:
+    """What made the node weights ``node`` (G,), for the log."""
+    notes = [f"nodes {config.weights}"]
+    if config.mask is not None:
+        notes.append(f"{int((node > 0).sum())} of {node.numel()} points in the mask")
+    if config.region_weight is not None:
+        region = point_mask(store, REGION)
+        notes.append(f"{int(region.sum())} regional points x {config.region_weight:g}")
+    boundary = point_mask(store, BOUNDARY)
+    if boundary is not None:
+        notes.append(f"{int(boundary.sum())} boundary points (forced) weight 0")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -164,9 +201,7 @@ def loss_weights(config: RunConfig, data: DataSetup, area_weight: torch.Tensor) 
     levels, from_names = pressure_level_factors(scalers.pressure_level, data.store, outputs)
     tendency, source = tendency_factors(scalers.tendency, config, data)
     node = node_weights(scalers.nodes, area_weight=area_weight, store=data.store)
-    notes = [f"nodes {scalers.nodes.weights}"]
-    if scalers.nodes.mask is not None:
-        notes.append(f"{int((node > 0).sum())} of {node.numel()} points in the mask")
+    notes = node_note(scalers.nodes, node, data.store)
     if scalers.pressure_level.kind != "none":
         notes.append(f"pressure_level {scalers.pressure_level.kind}")
         notes += [f"levels of {', '.join(from_names)} from their names (no mars metadata)"] if from_names else []

@@ -44,6 +44,7 @@ from anemo_like.training.optimizer import set_learning_rate, step_unless
 from anemo_like.training.outputs import RunOutputs, forecast_sample, write_run_outputs
 from anemo_like.training.preemption import Preempted
 from anemo_like.training.schedule import learning_rate, rollout_steps
+from anemo_like.training.score_areas import score_areas
 from anemo_like.training.setup import build_run, log_run
 from anemo_like.training.tracking import log_outputs, open_tracker, tracked
 from anemo_like.training.validation import Scoring, ValidationResult, validate
@@ -234,6 +235,7 @@ class Trainer:
             step_length=data.store.frequency * data.stride,
             loss_fn=self.run.loss_fn,
             climatology=data.climatology,
+            areas=score_areas(data.store),
         )
         return validate(
             self.model,

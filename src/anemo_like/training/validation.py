@@ -1,4 +1,5 @@
-"""Validation: area-weighted RMSE per variable and lead time in physical units, beside persistence and climatology."""
+"""Validation: area-weighted RMSE per variable and lead time in physical units, beside persistence and climatology;
+also for the region and the rest of a combined dataset, and over the interior only of a limited-area one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import datetime
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from anemo_like.models.rollout import ForecastSpec, rollout
 from anemo_like.progress import Progress
 from anemo_like.training.ensemble import VALIDATION_STREAM, EnsembleMembers
 from anemo_like.training.ensemble_scores import EnsembleScoreSums
+from anemo_like.training.score_areas import ScoreAreas
 
 
 @dataclass
@@ -33,10 +35,14 @@ class ValidationResult:
     loss: float
     num_samples: int  # start dates scored
     ensemble: EnsembleScoreSums | None = None  # probabilistic scores of an ensemble (model_rmse: its mean's)
+    parts: dict[str, PartRMSE] = field(default_factory=dict)  # "region", "rest" of a dataset with a region mask
+    note: str = ""  # which points are scored, when not all of them (a limited-area dataset's interior)
 
     def table(self) -> str:
-        """Markdown table: variable, lead, model RMSE, persistence RMSE, ratio, climatology RMSE."""
-        lines = [
+        """Markdown table: variable, lead, model RMSE, persistence RMSE, ratio, climatology RMSE; then the parts'
+        table side by side (:func:`parts_table`) and an ensemble's; ``note`` first when there is one."""
+        lines = [self.note, ""] if self.note else []
+        lines += [
             "| variable | lead | model RMSE | persistence RMSE | model / persistence | climatology RMSE |",
             "|---|---|---|---|---|---|",
         ]
@@ -50,6 +56,8 @@ class ValidationResult:
                     lines.append(f"| {name} | {lead} | {model:.4g} | {pers:.4g} | {model / pers:.3f} | {climatology} |")
                 else:
                     lines.append(f"| {name} | {lead} | {model:.4g} | n/a | n/a | {climatology} |")
+        if self.parts:
+            lines += ["", parts_table(self.parts, variables=self.variables, leads=self.leads)]
         if self.ensemble is not None:
             lines += ["", ensemble_table(self.ensemble, variables=self.variables, leads=self.leads)]
         return "\n".join(lines)
@@ -63,9 +71,53 @@ class ValidationResult:
         for li, lead in enumerate(self.leads):
             for v, name in enumerate(self.variables):
                 record[f"rmse_{name}_{lead}"] = float(self.model_rmse[li, v])
+                for part, scores in self.parts.items():
+                    record[f"rmse_{part}_{name}_{lead}"] = float(scores.model[li, v])
         if self.ensemble is not None:
             record |= self.ensemble.records(variables=self.variables, leads=self.leads)
         return record
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartRMSE:
+    """RMSE tables of one part of the grid (the region, the rest), physical units."""
+
+    model: np.ndarray  # (L, V)
+    persistence: np.ndarray  # (L, P)
+    climatology: np.ndarray | None  # (L, V)
+
+
+def parts_table(parts: dict[str, PartRMSE], *, variables: list[str], leads: list[str]) -> str:
+    """Markdown table: variable, lead, then model RMSE, persistence RMSE, model / persistence and climatology RMSE,
+    each for every part side by side (e.g. region | rest)."""
+    names = list(parts)
+    kinds = ["model RMSE", "persistence RMSE", "model / persistence", "climatology RMSE"]
+    header = ["variable", "lead", *(f"{name} {kind}" for kind in kinds for name in names)]
+    lines = [
+        f"By part of the grid: {', '.join(names)}.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for v, variable in enumerate(variables):
+        for li, lead in enumerate(leads):
+            columns = [_part_cells(parts[name], li, v) for name in names]
+            cells = [variable, lead, *(column[k] for k in range(len(kinds)) for column in columns)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _part_cells(part: PartRMSE, lead: int, variable: int) -> list[str]:
+    """A part's model RMSE, persistence RMSE, their ratio and climatology RMSE (n/a where there is none)."""
+    model = part.model[lead, variable]
+    persistence = part.persistence[lead, variable] if variable < part.persistence.shape[1] else np.nan
+    climatology = np.nan if part.climatology is None else part.climatology[lead, variable]
+    ratio = model / persistence if np.isfinite(persistence) and persistence > 0 else np.nan
+    return [_cell(model), _cell(persistence), "n/a" if not np.isfinite(ratio) else f"{ratio:.3f}", _cell(climatology)]
+
+
+def _cell(value: float) -> str:
+    return "n/a" if not np.isfinite(value) else f"{value:.4g}"
 
 
 def ensemble_table(sums: EnsembleScoreSums, *, variables: list[str], leads: list[str]) -> str:
@@ -96,6 +148,12 @@ class Scoring:
     step_length: datetime.timedelta
     loss_fn: nn.Module
     climatology: np.ndarray | None = None
+    areas: ScoreAreas | None = None  # the points scored and the parts (region, rest); None: the whole grid
+
+    def weights(self) -> np.ndarray:
+        """(K, G) float64 point weights, each row summing to 1: the scored points, then each part of ``areas``."""
+        areas = self.areas or ScoreAreas.whole(self.area_weight.numel())
+        return areas.weights(self.area_weight.double().cpu().numpy())
 
 
 class _ErrorSums:
@@ -111,18 +169,21 @@ class _ErrorSums:
             self.ensemble = EnsembleScoreSums.zeros(
                 num_leads=steps, num_variables=len(scoring.output_names), num_members=members
             )
-        self.weight = (scoring.area_weight / scoring.area_weight.sum()).to(device).double()
+        self.weights = torch.as_tensor(scoring.weights(), device=device)  # (K, G): scored points, then the parts
+        self.weight = self.weights[0]
         self.scale = torch.as_tensor(scoring.output_scale, dtype=torch.float64, device=device)
         clim = scoring.climatology
         self.clim = None if clim is None else torch.as_tensor(clim, dtype=torch.float32, device=device)
-        self.model = torch.zeros(steps, len(scoring.output_names), dtype=torch.float64, device=device)
-        self.persistence = torch.zeros(steps, num_prognostic, dtype=torch.float64, device=device)
+        sums = (len(self.weights), steps)
+        self.model = torch.zeros(*sums, len(scoring.output_names), dtype=torch.float64, device=device)
+        self.persistence = torch.zeros(*sums, num_prognostic, dtype=torch.float64, device=device)
         self.model_weight, self.persistence_weight = torch.zeros_like(self.model), torch.zeros_like(self.persistence)
         self.climatology = torch.zeros_like(self.model)
         self.loss = torch.zeros((), dtype=torch.float64, device=device)
 
     def _weighted(self, values: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("g,bgv->v", self.weight, values)
+        """(B, G, V) -> (K, V): the weighted sums over batch and grid with each row of the point weights."""
+        return torch.einsum("kg,bgv->kv", self.weights, values)
 
     def add(self, step: int, prediction: torch.Tensor, target: torch.Tensor, last_state: torch.Tensor) -> None:
         """One lead of a batch: prediction (B, G, V_out), or members (B, M, G, V_out) of an ensemble, target (B, G,
@@ -134,28 +195,45 @@ class _ErrorSums:
             prediction = prediction.mean(1)
         valid = target.isfinite()
         err = torch.where(valid, prediction - target, 0.0).double() * self.scale
-        self.model[step] += self._weighted(err.square())
+        self.model[:, step] += self._weighted(err.square())
         if self.clim is not None:
             err_clim = torch.where(valid, self.clim - target, 0.0).double() * self.scale
-            self.climatology[step] += self._weighted(err_clim.square())
-        self.model_weight[step] += self._weighted(valid.double())
+            self.climatology[:, step] += self._weighted(err_clim.square())
+        self.model_weight[:, step] += self._weighted(valid.double())
         pers = torch.where(valid[..., :p], last_state - target[..., :p], 0.0)
-        self.persistence[step] += self._weighted((pers.double() * self.scale[:p]).square())
-        self.persistence_weight[step] += self._weighted(valid[..., :p].double())
+        self.persistence[:, step] += self._weighted((pers.double() * self.scale[:p]).square())
+        self.persistence_weight[:, step] += self._weighted(valid[..., :p].double())
+
+    def _rmse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(K, L, V) model, (K, L, P) persistence and (K, L, V) climatology (None: not scored) RMSE."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            model = np.sqrt((self.model / self.model_weight).cpu().numpy())
+            persistence = np.sqrt((self.persistence / self.persistence_weight).cpu().numpy())
+            climatology = None if self.clim is None else np.sqrt((self.climatology / self.model_weight).cpu().numpy())
+        return model, persistence, climatology
 
     def result(self, scoring: Scoring, samples: int) -> ValidationResult:
         length = scoring.step_length
-        climatology = None if self.clim is None else np.sqrt((self.climatology / self.model_weight).cpu().numpy())
+        model, persistence, climatology = self._rmse()
+        areas = scoring.areas or ScoreAreas.whole(scoring.area_weight.numel())
+        parts = {
+            name: PartRMSE(
+                model=model[k], persistence=persistence[k], climatology=None if climatology is None else climatology[k]
+            )
+            for k, name in enumerate(areas.names, start=1)
+        }
         return ValidationResult(
             variables=scoring.output_names,
             leads=[format_frequency(length * (s + 1)) for s in range(self.steps)],
             lead_hours=[(length * (s + 1)).total_seconds() / 3600 for s in range(self.steps)],
-            model_rmse=np.sqrt((self.model / self.model_weight).cpu().numpy()),
-            persistence_rmse=np.sqrt((self.persistence / self.persistence_weight).cpu().numpy()),
-            climatology_rmse=climatology,
+            model_rmse=model[0],
+            persistence_rmse=persistence[0],
+            climatology_rmse=None if climatology is None else climatology[0],
             loss=float(self.loss) / samples,
             num_samples=samples,
             ensemble=self.ensemble,
+            parts=parts,
+            note=areas.note(),
         )
 
 
