@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from anemo_like.data.interpolation import LinearInterpolation
+from anemo_like.data.interpolation import SphericalInterpolator, spherical_interpolator
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.point_masks import BOUNDARY, point_mask
 from anemo_like.data.zarr_store import AnemoiZarr
@@ -32,7 +32,7 @@ class BoundaryForcing:
     store: StateSource  # the dataset: its boundary values at the valid times (used without a file)
     file: Path | None = None
     fields: xr.Dataset | None = None  # the global forecast: (time, step, values) per name
-    interpolation: LinearInterpolation | None = None  # global forecast points -> forced points
+    interpolation: SphericalInterpolator | None = None  # global forecast points -> forced points
 
     def values(self, init: np.datetime64, valid: np.datetime64, grid: slice) -> np.ndarray:
         """Normalised forced values (V, g_forced) at ``valid`` of the forced points inside ``grid`` (a block of the
@@ -77,7 +77,7 @@ class BoundaryForcing:
         return self.interpolation.apply(source).astype(np.float32)
 
 
-def open_boundary(
+def boundary_forcing(
     path: str | None, *, store: AnemoiZarr | StateSource, names: list[str], normalizer: Normalizer, checkpoint: Path
 ) -> BoundaryForcing | None:
     """The boundary forcing of a limited-area model's forecasts from ``store`` (None: not a limited-area dataset);
@@ -95,12 +95,12 @@ def open_boundary(
         return forcing
     file = Path(path).expanduser()
     fields = _open_global_forecast(file, names)
-    interpolation = LinearInterpolation.from_points(
-        source_latitudes=fields["latitude"].values,
-        source_longitudes=fields["longitude"].values,
-        target_latitudes=store.latitudes[forced],
-        target_longitudes=store.longitudes[forced],
-    )
+    try:
+        interpolation = spherical_interpolator(
+            fields["latitude"].values, fields["longitude"].values, store.latitudes[forced], store.longitudes[forced]
+        )
+    except ValueError as error:
+        raise ValueError(f"boundary {file}: its grid does not cover the boundary points: {error}") from None
     return BoundaryForcing(
         forced=forced,
         names=names,

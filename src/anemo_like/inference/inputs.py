@@ -18,7 +18,7 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
-from anemo_like.inference.boundary_forcing import BoundaryForcing, open_boundary
+from anemo_like.inference.boundary_forcing import BoundaryForcing, boundary_forcing
 from anemo_like.inference.mars_keys import metadata_sources
 from anemo_like.inference.state_files import GRID_FORCINGS, file_initial_indices, read_state_files
 from anemo_like.inference.state_source import StateSource, describe
@@ -318,7 +318,7 @@ def open_inputs(
             f"input=...: checkpoint {checkpoint} is a limited-area model, which starts from its dataset (with its "
             "boundary points); leave input unset and give dataset=... (and boundary=FILE for a global forecast)"
         )
-    boundary = open_boundary(
+    boundary = boundary_forcing(
         config.boundary,
         store=store,
         names=roles.prognostic,
