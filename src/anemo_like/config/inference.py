@@ -125,6 +125,11 @@ class InferenceConfig(Strict):
         description="initial states from files instead of the dataset: a GRIB (.grib, .grib2) or netCDF (.nc) file, "
         "or a list of them; null: the dataset",
     )
+    boundary: str | None = Field(
+        None,
+        description="a limited-area model's boundary from a global forecast file (.nc or .zarr written by anemo-infer "
+        "with a global model, from the same initial dates); null: the dataset's boundary values",
+    )
     dates: list[str] | None = Field(
         None, description="initial dates, ISO 8601; null: use date_range (with input: the last time in the files)"
     )

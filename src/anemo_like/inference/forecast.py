@@ -113,6 +113,7 @@ def _forecast_spec(inputs: ForecastInputs) -> ForecastSpec:
         output_positions=list(range(num_prognostic)),  # the targets: unknown (NaN) here, ignored
         num_prognostic=num_prognostic,
         output_steps=inputs.output_steps,
+        forced=None if inputs.boundary is None else torch.from_numpy(inputs.boundary.forced),
     )
 
 

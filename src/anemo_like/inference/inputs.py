@@ -18,6 +18,7 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.setup import resolve_dataset_path
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.inference.boundary_forcing import BoundaryForcing, boundary_forcing
 from anemo_like.inference.mars_keys import metadata_sources
 from anemo_like.inference.state_files import GRID_FORCINGS, file_initial_indices, read_state_files
 from anemo_like.inference.state_source import StateSource, describe
@@ -111,6 +112,7 @@ class ForecastInputs:
     step: datetime.timedelta  # the model step
     init_indices: np.ndarray  # (N,) int64 dataset indices of the initial dates (the last input state)
     output_steps: int = 1  # states per forward pass (training.multistep_output); ``steps`` still counts model steps
+    boundary: BoundaryForcing | None = None  # a limited-area model's forced boundary values
 
     @property
     def init_dates(self) -> np.ndarray:
@@ -154,7 +156,17 @@ class ForecastInputs:
             out[t, :, : len(names)] = values.T
             out[t, :, len(names) :] = computed_forcings(self.roles.computed, valid_times[t : t + 1], longitudes)[0].T
         out[m:, :, : len(self.roles.prognostic)] = np.nan
+        if self.boundary is not None:
+            self._force_boundary(out, store.dates[init_index], valid_times, grid)
         return out
+
+    def _force_boundary(self, out: np.ndarray, init: np.datetime64, valid_times: np.ndarray, grid: slice) -> None:
+        """Write the forced prognostic values of the boundary points of ``grid`` into the lead times of ``out``."""
+        start, stop, _ = grid.indices(self.boundary.forced.size)
+        local = np.flatnonzero(self.boundary.forced[start:stop])
+        for t in range(self.multistep, len(valid_times)):
+            values = self.boundary.values(init, valid_times[t], grid)  # (V_prognostic, g_forced)
+            out[t, local, : len(self.roles.prognostic)] = values.T
 
     def _dataset_rows(self, init_index: int, offsets: np.ndarray) -> np.ndarray:
         """Dataset index of every valid time ``init + offsets * step`` (T,); beyond the dataset's last date, the last
@@ -301,6 +313,18 @@ def open_inputs(
             steps=steps,
             varying=varying,
         )
+    if config.input is not None and run.data.boundary is not None:
+        raise ValueError(
+            f"input=...: checkpoint {checkpoint} is a limited-area model, which starts from its dataset (with its "
+            "boundary points); leave input unset and give dataset=... (and boundary=FILE for a global forecast)"
+        )
+    boundary = boundary_forcing(
+        config.boundary,
+        store=store,
+        names=roles.prognostic,
+        normalizer=subset(bundle.normalizer, roles.prognostic),
+        checkpoint=checkpoint,
+    )
     inputs = ForecastInputs(
         store=store,
         roles=roles,
@@ -312,6 +336,7 @@ def open_inputs(
         step=step,
         init_indices=indices,
         output_steps=run.training.multistep_output,
+        boundary=boundary,
     )
     _check_forcings_reach(inputs, lead_time=config.lead_time)
     return inputs

@@ -15,7 +15,8 @@ class ForecastSpec:
 
     ``multistep`` past states feed each forward pass, which predicts the ``output_steps`` next states;
     ``input_positions`` (V_in,) and ``output_positions`` (V_out,) index the sample's variables; both start with the
-    ``num_prognostic`` prognostic variables, which are fed back.
+    ``num_prognostic`` prognostic variables, which are fed back. ``forced`` (G,) bool marks the boundary points of a
+    limited-area model: their predicted prognostic variables are replaced by the sample's (forced) values.
     """
 
     multistep: int
@@ -23,6 +24,7 @@ class ForecastSpec:
     output_positions: Sequence[int] | Tensor
     num_prognostic: int
     output_steps: int = 1
+    forced: Tensor | None = None
 
     def on(self, device: torch.device | str) -> ForecastSpec:
         """The same spec with its positions as tensors on ``device`` (no host-to-device copy per step)."""
@@ -32,6 +34,7 @@ class ForecastSpec:
             output_positions=torch.as_tensor(self.output_positions, device=device),
             num_prognostic=self.num_prognostic,
             output_steps=self.output_steps,
+            forced=None if self.forced is None else self.forced.to(device),
         )
 
 
@@ -52,7 +55,9 @@ def rollout(
     variables with the batch's known variables of their times. With ``gather`` the batch holds this rank's block of
     the grid, (B, multistep + steps, g, V_sample), and ``gather`` makes the whole grid ((B, T, g, V) -> (B, T, G,
     V)) of the times each step reads, so no rank holds the whole batch. ``noise(i)`` gives the processor noise of
-    the i-th forward pass (ensemble models, :meth:`ForecastModel.forward`).
+    the i-th forward pass (ensemble models, :meth:`ForecastModel.forward`). With ``spec.forced`` the prognostic
+    variables at the forced points of every predicted state are the sample's values of its time, before they are
+    yielded and fed back (a limited-area model's boundary).
     """
     inputs = torch.as_tensor(spec.input_positions, device=batch.device)
     outputs = torch.as_tensor(spec.output_positions, device=batch.device)
@@ -71,10 +76,22 @@ def rollout(
         for k in range(min(spec.output_steps, steps - done)):
             time = spec.multistep + done + k
             samples.append(times(time, time + 1)[:, 0])
-            yield states[:, k], samples[-1].index_select(-1, outputs)
+            target = samples[-1].index_select(-1, outputs)
+            if spec.forced is not None:
+                states = _force(states, k, target, spec)
+            yield states[:, k], target
         done += len(samples)
         if done < steps:
             x = _next_inputs(x, states, samples, spec, inputs)
+
+
+def _force(states: Tensor, k: int, target: Tensor, spec: ForecastSpec) -> Tensor:
+    """``states`` (B, K, G, V_out) with state k's prognostic variables at ``spec.forced`` points taken from ``target``
+    (B, G, V_out); out of place, so gradients flow to the interior only."""
+    where = torch.zeros(states.shape[-2:], dtype=torch.bool, device=states.device)
+    where[:, : spec.num_prognostic] = spec.forced[:, None]
+    forced = torch.where(where, target.to(states.dtype), states[:, k])
+    return torch.cat([states[:, :k], forced.unsqueeze(1), states[:, k + 1 :]], dim=1)
 
 
 def _next_inputs(x: Tensor, states: Tensor, samples: list[Tensor], spec: ForecastSpec, inputs: Tensor) -> Tensor:

@@ -20,8 +20,9 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.checkpoints.weights import CheckpointWeights, read_checkpoint_weights
 from anemo_like.config.schema import ModelConfig, RunConfig
-from anemo_like.data.point_masks import REGION, point_mask
+from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import DataSetup, setup_data
+from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.distributed.environment import (
     LaunchEnvironment,
     launch_environment,
@@ -294,6 +295,12 @@ def ensemble_members(config: RunConfig, groups: ProcessGroups, data: DataSetup) 
     )
 
 
+def forced_points(store: AnemoiZarr) -> torch.Tensor | None:
+    """(G,) bool: the boundary points of a limited-area dataset, whose values the rollout forces; None otherwise."""
+    mask = point_mask(store, BOUNDARY)
+    return None if mask is None else torch.from_numpy(mask)
+
+
 def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None) -> Run:
     """Set up a training run in the fixed order of this module's docstring. ``tracking_sender``: the tracking sender
     the command started early (:meth:`SenderProcess.for_config`), if it did."""
@@ -330,6 +337,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         output_positions=data.output_positions,
         num_prognostic=len(data.roles.prognostic),
         output_steps=config.training.multistep_output,
+        forced=forced_points(data.store),
     )
     return Run(
         config=config,

@@ -1,0 +1,136 @@
+"""The forced boundary of a limited-area forecast: from the dataset (the truth) or from a global forecast file.
+
+A limited-area model (``data.boundary`` in its training config) predicts only its interior; at every lead time the
+prognostic variables of its boundary points are replaced by forced values (:class:`ForecastSpec.forced`). Without
+``boundary`` they are the dataset's own values there (the global source the dataset was made with, interpolated
+to the boundary); with ``boundary=FILE`` they come from a global forecast written by ``anemo-infer``, interpolated
+linearly on the sphere to the boundary points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from anemo_like.data.interpolation import SphericalInterpolator, spherical_interpolator
+from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.point_masks import BOUNDARY, point_mask
+from anemo_like.data.zarr_store import AnemoiZarr
+from anemo_like.inference.state_source import StateSource, describe
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundaryForcing:
+    """Forced prognostic values of the boundary points (``forced``, (G,) bool) at the forecasts' valid times."""
+
+    forced: np.ndarray  # (G,) bool
+    names: list[str]  # the prognostic variables, in the model's order
+    normalizer: Normalizer  # of ``names``
+    store: StateSource  # the dataset: its boundary values at the valid times (used without a file)
+    file: Path | None = None
+    fields: xr.Dataset | None = None  # the global forecast: (time, step, values) per name
+    interpolation: SphericalInterpolator | None = None  # global forecast points -> forced points
+
+    def values(self, init: np.datetime64, valid: np.datetime64, grid: slice) -> np.ndarray:
+        """Normalised forced values (V, g_forced) at ``valid`` of the forced points inside ``grid`` (a block of the
+        grid points), for the forecast from ``init``."""
+        forced = np.flatnonzero(self.forced)
+        start, stop, _ = grid.indices(self.forced.size)
+        inside = (forced >= start) & (forced < stop)
+        if self.fields is None:
+            raw = self._dataset_values(valid, forced[inside])
+        else:
+            raw = self._file_values(init, valid)[:, inside]
+        return self.normalizer.normalize(raw, axis=0)
+
+    def _dataset_values(self, valid: np.datetime64, points: np.ndarray) -> np.ndarray:
+        row = int(np.searchsorted(self.store.dates, valid))
+        if row >= len(self.store.dates) or self.store.dates[row] != valid:
+            raise ValueError(
+                f"the boundary of this limited-area forecast needs {describe(self.store)} at {valid}, which it does "
+                "not hold; give a global forecast as boundary=FILE or choose an earlier initial date"
+            )
+        values = self.store.read(slice(row, row + 1), self.store.variable_indices(self.names))[0]
+        return values[:, points]
+
+    def _file_values(self, init: np.datetime64, valid: np.datetime64) -> np.ndarray:
+        fields, file = self.fields, self.file
+        times = fields["time"].values.astype("datetime64[s]")
+        if init not in times:
+            raise ValueError(
+                f"boundary {file}: no forecast from {init} (it holds initial dates {', '.join(map(str, times))}); "
+                "run the global model from the same initial date"
+            )
+        step = (valid - init).astype("timedelta64[s]")
+        steps = fields["step"].values.astype("timedelta64[s]")
+        if step not in steps:
+            hours = [f"{int(s // np.timedelta64(1, 'h'))}h" for s in steps]
+            raise ValueError(
+                f"boundary {file}: its forecast from {init} has no step {int(step // np.timedelta64(1, 'h'))}h "
+                f"(steps {', '.join(hours)}); its steps must include every lead time of this forecast"
+            )
+        selected = fields.sel(time=np.datetime64(init, "ns"), step=np.timedelta64(step, "ns"))
+        source = np.stack([selected[name].values for name in self.names]).astype(np.float64)  # (V, G_global)
+        return self.interpolation.apply(source).astype(np.float32)
+
+
+def boundary_forcing(
+    path: str | None, *, store: AnemoiZarr | StateSource, names: list[str], normalizer: Normalizer, checkpoint: Path
+) -> BoundaryForcing | None:
+    """The boundary forcing of a limited-area model's forecasts from ``store`` (None: not a limited-area dataset);
+    ``path``: a global forecast file (netCDF or zarr written by anemo-infer) that drives the boundary instead."""
+    forced = point_mask(store, BOUNDARY) if isinstance(store, AnemoiZarr) else None
+    if forced is None:
+        if path is not None:
+            raise ValueError(
+                f"boundary={path}: checkpoint {checkpoint} is not a limited-area model (its dataset "
+                f"{describe(store)} has no boundary points); leave boundary unset"
+            )
+        return None
+    forcing = BoundaryForcing(forced=forced, names=names, normalizer=normalizer, store=store)
+    if path is None:
+        return forcing
+    file = Path(path).expanduser()
+    fields = _open_global_forecast(file, names)
+    try:
+        interpolation = spherical_interpolator(
+            fields["latitude"].values, fields["longitude"].values, store.latitudes[forced], store.longitudes[forced]
+        )
+    except ValueError as error:
+        raise ValueError(f"boundary {file}: its grid does not cover the boundary points: {error}") from None
+    return BoundaryForcing(
+        forced=forced,
+        names=names,
+        normalizer=normalizer,
+        store=store,
+        file=file,
+        fields=fields,
+        interpolation=interpolation,
+    )
+
+
+def _open_global_forecast(file: Path, names: list[str]) -> xr.Dataset:
+    """The forecast of anemo-infer at ``file`` (netCDF or zarr): ``names`` on (time, step, values) with latitude and
+    longitude; ValueError names what is missing."""
+    if not file.exists():
+        raise ValueError(f"boundary {file}: no such file; give a global forecast written by anemo-infer")
+    try:
+        fields = xr.open_zarr(file) if file.suffix == ".zarr" else xr.open_dataset(file)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"boundary {file}: cannot be read as a forecast of anemo-infer ({error})") from None
+    missing = [name for name in names if name not in fields]
+    if missing or "latitude" not in fields.coords or "step" not in fields.dims:
+        what = f"lacks the variable(s) {', '.join(missing)}" if missing else "is not a forecast of anemo-infer"
+        raise ValueError(
+            f"boundary {file}: {what}; it must hold {', '.join(names)} on (time, step, values) with latitude and "
+            "longitude, as anemo-infer writes a global model's forecast"
+        )
+    if "number" in fields.dims:
+        raise ValueError(
+            f"boundary {file}: an ensemble forecast ({fields.sizes['number']} members); drive the boundary with a "
+            "deterministic forecast (or one member written on its own)"
+        )
+    return fields
