@@ -175,6 +175,15 @@ def test_limited_area_weights_are_bounded_cells():
     assert np.allclose(graph["data"].area_weight.numpy(), weights)
 
 
+@pytest.mark.parametrize("step", [1.0, 0.01])
+def test_small_limited_area_grids_have_equal_cells(step):
+    """A 10 x 10 grid of step degrees (down to 0.1 degrees across, nearly flat) gets cos(latitude) weights."""
+    latitudes, longitudes = lat_lon_grid(60 + np.arange(10) * step, 5 + np.arange(10) * step)
+    weights = regional_area_weights(latlon_to_xyz(np.deg2rad(latitudes), np.deg2rad(longitudes)))
+    expected = np.cos(np.deg2rad(latitudes)) / np.cos(np.deg2rad(latitudes)).mean()
+    assert np.abs(weights / expected - 1).max() < 0.02
+
+
 def test_global_grid_area_weights_unchanged_by_the_bound():
     """Inside a (locally regular) grid no point outside it is found: a global one keeps its plain weights."""
     xyz = refined_icosahedron(resolution=3).vertices
@@ -236,6 +245,10 @@ def test_stretched_without_a_region_is_refused(grid):
             build_graph(latitudes, longitudes, hidden=STRETCHED, region=mask)
     with pytest.raises(ValueError, match=r"more than the \d+ hidden nodes of the limited_area mesh"):
         build_graph(*box_grid(2.5), hidden=LIMITED, knn=500)
+    with pytest.raises(ValueError, match="limited_area: 0 mesh nodes of region_resolution 2 lie within margin_km 0 "):
+        build_graph(
+            [50.0, 50.5], [10.0, 10.5], hidden=LIMITED.model_copy(update={"region_resolution": 2, "margin_km": 0})
+        )
 
 
 def test_unconnected_data_points_are_logged(grid, caplog):
