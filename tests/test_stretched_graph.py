@@ -259,28 +259,36 @@ def test_unconnected_data_points_are_logged(grid, caplog):
     assert set(graph[ENCODER].edge_index[0].tolist()) == set(range(len(latitudes)))
 
 
-def test_training_setup_passes_the_region_mask(tmp_path, tiny_run):
-    """A run on a combined grid with a region mask builds the stretched mesh; without the mask it is refused."""
-    latitudes, longitudes, region = combined_grid(8, 16, step=7.5)
-    variables = ["cos_latitude", "sin_latitude", "cos_longitude", "sin_longitude", "sp", "t_850", "z_500"]
+def small_store(path, latitudes: np.ndarray, longitudes: np.ndarray):
+    """A 20-date anemoi dataset of bad_input_helpers.VARIABLES on the given points."""
     dates = np.datetime64("2000-01-01T00", "s") + np.arange(20) * np.timedelta64(6, "h")
-    data = np.random.default_rng(0).normal(size=(20, len(variables), 1, len(latitudes)))
-    stores = []
-    for name in ("plain.zarr", "combined.zarr"):
-        stores.append(
-            write_anemoi_zarr(
-                tmp_path / name,
-                data=data,
-                variables=variables,
-                dates=dates,
-                latitudes=latitudes,
-                longitudes=longitudes,
-                frequency="6h",
-            )
-        )
-    write_point_mask(stores[1], REGION, region)
+    data = np.random.default_rng(0).normal(size=(20, len(bad_input_helpers.VARIABLES), 1, len(latitudes)))
+    return write_anemoi_zarr(
+        path,
+        data=data,
+        variables=bad_input_helpers.VARIABLES,
+        dates=dates,
+        latitudes=latitudes,
+        longitudes=longitudes,
+        frequency="6h",
+    )
+
+
+def test_training_setup_passes_the_hidden_mesh_and_region_mask(tmp_path, tiny_run):
+    """A run on a combined grid with a region mask builds the stretched mesh, without the mask it is refused; a run
+    on a regional grid builds the limited-area mesh and trains with its bounded area weights."""
+    latitudes, longitudes, region = combined_grid(8, 16, step=7.5)
+    plain = small_store(tmp_path / "plain.zarr", latitudes, longitudes)
+    combined = small_store(tmp_path / "combined.zarr", latitudes, longitudes)
+    write_point_mask(combined, REGION, region)
     hidden = "graph.hidden={kind:stretched,global_resolution:1,region_resolution:3,margin_km:0}"
-    run = build_run(tiny_run(hidden, "graph.knn=2", dataset=stores[1]))
+    run = build_run(tiny_run(hidden, "graph.knn=2", dataset=combined))
     assert run.graph.global_resolution == 1 and run.graph["hidden"].num_nodes > 42
-    message = message_of(lambda: build_run(tiny_run(hidden, dataset=stores[0])))
+    message = message_of(lambda: build_run(tiny_run(hidden, dataset=plain)))
     assert message.startswith("graph.hidden kind stretched needs the dataset's region mask")
+
+    regional = small_store(tmp_path / "regional.zarr", *box_grid(5.0))
+    limited = "graph.hidden={kind:limited_area,region_resolution:3,margin_km:500}"
+    run = build_run(tiny_run(limited, dataset=regional))
+    assert run.graph.region_resolution == 3 and "global_resolution" not in run.graph
+    assert run.graph["data"].area_weight.max() < 1.5
