@@ -175,6 +175,15 @@ def test_limited_area_weights_are_bounded_cells():
     assert np.allclose(graph["data"].area_weight.numpy(), weights)
 
 
+@pytest.mark.parametrize("step", [1.0, 0.01])
+def test_small_limited_area_grids_have_equal_cells(step):
+    """A 10 x 10 grid of step degrees (down to 0.1 degrees across, nearly flat) gets cos(latitude) weights."""
+    latitudes, longitudes = lat_lon_grid(60 + np.arange(10) * step, 5 + np.arange(10) * step)
+    weights = regional_area_weights(latlon_to_xyz(np.deg2rad(latitudes), np.deg2rad(longitudes)))
+    expected = np.cos(np.deg2rad(latitudes)) / np.cos(np.deg2rad(latitudes)).mean()
+    assert np.abs(weights / expected - 1).max() < 0.02
+
+
 def test_global_grid_area_weights_unchanged_by_the_bound():
     """Inside a (locally regular) grid no point outside it is found: a global one keeps its plain weights."""
     xyz = refined_icosahedron(resolution=3).vertices
@@ -236,6 +245,10 @@ def test_stretched_without_a_region_is_refused(grid):
             build_graph(latitudes, longitudes, hidden=STRETCHED, region=mask)
     with pytest.raises(ValueError, match=r"more than the \d+ hidden nodes of the limited_area mesh"):
         build_graph(*box_grid(2.5), hidden=LIMITED, knn=500)
+    with pytest.raises(ValueError, match="limited_area: 0 mesh nodes of region_resolution 2 lie within margin_km 0 "):
+        build_graph(
+            [50.0, 50.5], [10.0, 10.5], hidden=LIMITED.model_copy(update={"region_resolution": 2, "margin_km": 0})
+        )
 
 
 def test_unconnected_data_points_are_logged(grid, caplog):
@@ -246,28 +259,36 @@ def test_unconnected_data_points_are_logged(grid, caplog):
     assert set(graph[ENCODER].edge_index[0].tolist()) == set(range(len(latitudes)))
 
 
-def test_training_setup_passes_the_region_mask(tmp_path, tiny_run):
-    """A run on a combined grid with a region mask builds the stretched mesh; without the mask it is refused."""
-    latitudes, longitudes, region = combined_grid(8, 16, step=7.5)
-    variables = ["cos_latitude", "sin_latitude", "cos_longitude", "sin_longitude", "sp", "t_850", "z_500"]
+def small_store(path, latitudes: np.ndarray, longitudes: np.ndarray):
+    """A 20-date anemoi dataset of bad_input_helpers.VARIABLES on the given points."""
     dates = np.datetime64("2000-01-01T00", "s") + np.arange(20) * np.timedelta64(6, "h")
-    data = np.random.default_rng(0).normal(size=(20, len(variables), 1, len(latitudes)))
-    stores = []
-    for name in ("plain.zarr", "combined.zarr"):
-        stores.append(
-            write_anemoi_zarr(
-                tmp_path / name,
-                data=data,
-                variables=variables,
-                dates=dates,
-                latitudes=latitudes,
-                longitudes=longitudes,
-                frequency="6h",
-            )
-        )
-    write_point_mask(stores[1], REGION, region)
+    data = np.random.default_rng(0).normal(size=(20, len(bad_input_helpers.VARIABLES), 1, len(latitudes)))
+    return write_anemoi_zarr(
+        path,
+        data=data,
+        variables=bad_input_helpers.VARIABLES,
+        dates=dates,
+        latitudes=latitudes,
+        longitudes=longitudes,
+        frequency="6h",
+    )
+
+
+def test_training_setup_passes_the_hidden_mesh_and_region_mask(tmp_path, tiny_run):
+    """A run on a combined grid with a region mask builds the stretched mesh, without the mask it is refused; a run
+    on a regional grid builds the limited-area mesh and trains with its bounded area weights."""
+    latitudes, longitudes, region = combined_grid(8, 16, step=7.5)
+    plain = small_store(tmp_path / "plain.zarr", latitudes, longitudes)
+    combined = small_store(tmp_path / "combined.zarr", latitudes, longitudes)
+    write_point_mask(combined, REGION, region)
     hidden = "graph.hidden={kind:stretched,global_resolution:1,region_resolution:3,margin_km:0}"
-    run = build_run(tiny_run(hidden, "graph.knn=2", dataset=stores[1]))
+    run = build_run(tiny_run(hidden, "graph.knn=2", dataset=combined))
     assert run.graph.global_resolution == 1 and run.graph["hidden"].num_nodes > 42
-    message = message_of(lambda: build_run(tiny_run(hidden, dataset=stores[0])))
+    message = message_of(lambda: build_run(tiny_run(hidden, dataset=plain)))
     assert message.startswith("graph.hidden kind stretched needs the dataset's region mask")
+
+    regional = small_store(tmp_path / "regional.zarr", *box_grid(5.0))
+    limited = "graph.hidden={kind:limited_area,region_resolution:3,margin_km:500}"
+    run = build_run(tiny_run(limited, dataset=regional))
+    assert run.graph.region_resolution == 3 and "global_resolution" not in run.graph
+    assert run.graph["data"].area_weight.max() < 1.5

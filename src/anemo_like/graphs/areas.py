@@ -3,6 +3,7 @@
 import numpy as np
 from scipy.spatial import SphericalVoronoi, cKDTree
 
+from anemo_like.graphs.icosahedron import icosahedron
 from anemo_like.graphs.sphere import arc_to_chord, great_circle_distance
 
 # Points whose unit vectors agree to this many decimals are one generator (e.g. a pole row).
@@ -14,6 +15,8 @@ _SECTORS = 8
 # A mirrored neighbour lies outside the grid when no grid point is closer to it than this fraction of its distance
 # from the point it was mirrored through (inside a grid it lands on, or near, another grid point).
 _OUTSIDE_FRACTION = 0.75
+# Directions of the sphere farther than this many grid spacings from a regional grid get a generator of their own.
+_FAR_SPACINGS = 4.0
 # Mirrored points closer together than this fraction of the smallest mirror distance count as one.
 _SAME_GHOST_FRACTION = 0.01
 
@@ -79,9 +82,19 @@ def outside_points(xyz: np.ndarray) -> np.ndarray:
     return np.delete(ghosts, np.unique(same[:, 1]), axis=0)
 
 
+def _far_anchors(generators: np.ndarray) -> np.ndarray:
+    """The icosahedron's vertices (up to 12, 3) farther than _FAR_SPACINGS nearest-neighbour spacings from every
+    generator (N, 3): they keep a small region's Voronoi diagram from being flat, and are too far to touch its cells."""
+    tree = cKDTree(generators)
+    spacing = tree.query(generators, k=2)[0][:, 1].max()
+    vertices = icosahedron()[0]
+    return vertices[tree.query(vertices)[0] > _FAR_SPACINGS * spacing]
+
+
 def regional_area_weights(xyz: np.ndarray) -> np.ndarray:
     """float32 (N,) like :func:`area_weights` for a grid covering part of the sphere: the cells of its edge points
     end about half a grid spacing outside it (points outside the grid bound them, then are dropped), instead of
     covering the rest of the sphere."""
-    areas_per_point = _cell_areas(np.concatenate([xyz, outside_points(xyz)]))[: len(xyz)]
+    generators = np.concatenate([xyz, outside_points(xyz)])
+    areas_per_point = _cell_areas(np.concatenate([generators, _far_anchors(generators)]))[: len(xyz)]
     return (areas_per_point / areas_per_point.mean()).astype(np.float32)

@@ -32,7 +32,10 @@ class RegionalMesh:
 
 
 def grid_spacing(xyz: np.ndarray) -> float:
-    """Median great-circle distance (radians) from each point of xyz (N >= 2, 3) to its nearest other point."""
+    """Median great-circle distance (radians) from each point of xyz (N, 3) to its nearest other point (0 for a
+    single point)."""
+    if len(xyz) < 2:
+        return 0.0
     _, neighbours = cKDTree(xyz).query(xyz, k=2)
     return float(np.median(great_circle_distance(xyz, xyz[neighbours[:, 1]])))
 
@@ -103,10 +106,11 @@ def regional_mesh(
         levels, anchor = range(min(1, hidden.global_resolution), hidden.region_resolution + 1), 0
     else:
         kept = near_points(mesh.vertices, data_xyz, hidden.margin_km)
-        if not kept.any():
+        if kept.sum() < 3:  # a triangle, the smallest mesh
             raise ValueError(
-                f"graph.hidden kind limited_area: no mesh node of region_resolution {hidden.region_resolution} lies "
-                f"within margin_km {hidden.margin_km:g} of the data; raise graph.hidden.margin_km or region_resolution"
+                f"graph.hidden kind limited_area: {kept.sum()} mesh nodes of region_resolution "
+                f"{hidden.region_resolution} lie within margin_km {hidden.margin_km:g} of the data, fewer than a "
+                "triangle's 3; raise graph.hidden.margin_km or graph.hidden.region_resolution"
             )
         levels, anchor = range(1, hidden.region_resolution + 1), None
     pairs, spacing = _kept_edges_and_spacing(mesh, kept, levels)
