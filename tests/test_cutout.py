@@ -1,6 +1,6 @@
 """A regional dataset inset into a global one (data.cutout): the min-distance rule, the combined grid and its
 region mask, reads equal to the parts, statistics of the combined grid, pickling, every refusal, and a run's data
-set up on it."""
+set up on it (training, and anemo-infer's truth and climatology)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bad_input_helpers import TINY_DATA, VARIABLES
-from inference_helpers import documented
+from inference_helpers import documented, infer_config
 from regional_helpers import DATES, METADATA, box_grid, global_grid, write_store
 
 from anemo_like.config import ConfigError
@@ -19,6 +19,8 @@ from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import setup_data
 from anemo_like.data.sphere import EARTH_RADIUS_KM
 from anemo_like.data.zarr_store import compute_statistics, open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.inference.inputs import open_truth
+from anemo_like.inference.verification import training_climatology
 
 KM_PER_DEGREE = np.pi * EARTH_RADIUS_KM / 180.0
 ALL = np.arange(len(VARIABLES))
@@ -193,3 +195,13 @@ def test_cutout_and_boundary_together_are_refused(stores, compose_run, tmp_path)
     )
     assert line in str(info.value)
     documented(line)
+
+
+def test_inference_opens_the_training_view(stores, compose_run, tmp_path) -> None:
+    run = compose_run(tmp_path / "run", cutout_overrides(stores))
+    arguments = f"output={tmp_path / 'forecast.nc'}", "dates=['2000-01-04T00']"
+    truth = open_truth(infer_config(tmp_path / "inference.pt", *arguments), run)
+    assert isinstance(truth, CutoutZarr) and truth.shape[-1] == 405
+    given = open_truth(infer_config(tmp_path / "inference.pt", *arguments, f"dataset={stores[1]}"), run)
+    assert not isinstance(given, CutoutZarr) and given.shape[-1] == 288  # a dataset given is read as it is
+    assert training_climatology(run, ["sp", "z_500"], max_dates=3).shape == (405, 2)

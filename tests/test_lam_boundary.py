@@ -14,6 +14,7 @@ from inference_helpers import documented
 from regional_helpers import BOX_ROWS, DATES, box_grid, global_grid, write_store
 
 from anemo_like.config import ConfigError
+from anemo_like.data import interpolation
 from anemo_like.data.boundary import BoundaryZarr, edge_distance_km, open_boundary
 from anemo_like.data.interpolation import spherical_interpolator
 from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
@@ -63,6 +64,16 @@ def test_interpolation_is_exact_on_linear_fields() -> None:
     np.testing.assert_array_equal(interpolator.apply(stacked)[1], interpolator.apply(2 * values))
     at_sources = spherical_interpolator(*source, *source)
     np.testing.assert_array_equal(at_sources.apply(values), values)  # exact at the source points
+
+
+def test_targets_no_candidate_contains_are_found_among_every_triangle(monkeypatch) -> None:
+    rng = np.random.default_rng(1)
+    targets = rng.uniform(-90, 90, 300), rng.uniform(-180, 180, 300)
+    usual = spherical_interpolator(*global_grid(), *targets)
+    monkeypatch.setattr(interpolation, "CANDIDATE_NEIGHBOURS", 1)  # most targets miss their few candidates
+    fallback = spherical_interpolator(*global_grid(), *targets)
+    values = rng.normal(size=288)
+    np.testing.assert_allclose(fallback.apply(values), usual.apply(values), rtol=0, atol=1e-12)
 
 
 def test_interpolation_refuses_a_target_outside_the_sources() -> None:
