@@ -57,8 +57,51 @@ class SplitsConfig(Strict):
     )
 
 
+class CutoutConfig(Strict):
+    """A regional dataset inset into ``data.dataset`` (a global one): one grid, regional points first."""
+
+    dataset: PathText = Field(
+        description="the regional anemoi-datasets zarr, or 'builtin-region' for the generated regional dataset; same "
+        "variables, dates and frequency as data.dataset"
+    )
+    min_distance_km: float | None = Field(
+        None,
+        gt=0,
+        description="global points closer than this (km) to a regional point are dropped; null: the regional grid's "
+        "spacing (the median distance from a regional point to its nearest neighbour)",
+    )
+
+
+class BoundaryConfig(Strict):
+    """A limited-area ``data.dataset`` whose boundary strip takes the values of a global source interpolated there."""
+
+    dataset: PathText = Field(
+        description="the global anemoi-datasets zarr forcing the boundary, or 'builtin-global' for the generated "
+        "global dataset; same variables, dates and frequency as data.dataset"
+    )
+    width_km: float | None = Field(
+        None, gt=0, description="the strip: points at most this far (km) from the region's edge; or width_rows"
+    )
+    width_rows: int | None = Field(
+        None, ge=1, description="the strip's width in regional grid spacings (median nearest-neighbour distance)"
+    )
+
+    @model_validator(mode="after")
+    def _one_width(self) -> BoundaryConfig:
+        if (self.width_km is None) == (self.width_rows is None):
+            given = "both" if self.width_km is not None else "neither"
+            raise ValueError(
+                f"set exactly one of width_km and width_rows, got {given} (width_km={self.width_km}, "
+                f"width_rows={self.width_rows})"
+            )
+        return self
+
+
 class DataConfig(Strict):
-    dataset: PathText = Field(description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset")
+    dataset: PathText = Field(
+        description="path to an anemoi-datasets zarr, or 'builtin' for the generated dataset ('builtin-global', "
+        "'builtin-region': the generated regional pair)"
+    )
     val_dataset: str | None = Field(
         None,
         description="validate on another anemoi-datasets zarr of the same grid (another trajectory or period); "
@@ -74,6 +117,23 @@ class DataConfig(Strict):
     nan_policy: NanPolicy = Field(
         "error", description="NaN/inf in a sample: error names the date and variables; mask leaves them out of the loss"
     )
+    cutout: CutoutConfig | None = Field(
+        None, description="inset a regional dataset into data.dataset (stretched-grid mode); null: none"
+    )
+    boundary: BoundaryConfig | None = Field(
+        None,
+        description="force the edge of data.dataset (a regional one) from a global source (limited-area mode); "
+        "null: none",
+    )
+
+    @model_validator(mode="after")
+    def _one_regional_mode(self) -> DataConfig:
+        if self.cutout is not None and self.boundary is not None:
+            raise ValueError(
+                "cutout (a regional dataset inset into a global one) and boundary (a regional dataset forced at its "
+                "edge) are two regional modes; set one of them to null"
+            )
+        return self
 
     @field_validator("timestep")
     @classmethod

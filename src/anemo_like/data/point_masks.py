@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from anemo_like.data.views import DatasetView
 from anemo_like.data.zarr_errors import open_array, open_group
 from anemo_like.data.zarr_store import AnemoiZarr
 
@@ -20,9 +21,12 @@ POINT_MASKS = (REGION, BOUNDARY)
 
 
 def point_mask(store: AnemoiZarr, name: str) -> np.ndarray | None:
-    """The stored mask ``name`` of ``store`` as (n_grid,) bool, or None when the dataset has none."""
+    """The mask ``name`` of ``store`` as (n_grid,) bool (a view's own, else the stored array), or None when the
+    dataset has none."""
     if name not in POINT_MASKS:
         raise ValueError(f"unknown point mask {name!r}; expected one of {', '.join(POINT_MASKS)}")
+    if isinstance(store, DatasetView):
+        return store.point_masks.get(name)
     array = open_array(open_group(store.path), store.path, name)
     if array is None:
         return None

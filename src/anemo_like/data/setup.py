@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -16,9 +15,9 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
 from anemo_like.config.schema import DataloaderConfig, RunConfig
-from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.normalizer import Normalizer
+from anemo_like.data.open_dataset import open_dataset
 from anemo_like.data.variables import VariableLayout, VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
@@ -160,33 +159,6 @@ class DeviceNormalizer:
         read = batch[..., : self.offset.shape[0]]
         read.sub_(self.offset).div_(self.scale)
         return batch
-
-
-def writable_cache_dir(config: RunConfig) -> Path:
-    """``system.paths.cache``, created if needed; raises ValueError naming it when it cannot be written."""
-    cache = Path(config.system.paths.cache).expanduser()
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        probe = cache / f".write-test-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(
-            f"system.paths.cache {cache} (default: $ANEMO_LIKE_CACHE) is not a writable folder "
-            f"({error.strerror}); point ANEMO_LIKE_CACHE or system.paths.cache at a folder you can write"
-        ) from None
-    return cache
-
-
-def resolve_dataset_path(config: RunConfig) -> Path:
-    """The dataset's path (the built-in one generated on first use); checks the cache folder can be written first."""
-    if config.data.dataset == "builtin":
-        return ensure_builtin_dataset(
-            writable_cache_dir(config), seed=config.data.builtin_seed, progress=config.diagnostics.progress_bar
-        )
-    if config.graph.cache:
-        writable_cache_dir(config)
-    return Path(config.data.dataset).expanduser()
 
 
 def open_val_store(config: RunConfig, train_store: AnemoiZarr) -> AnemoiZarr:
@@ -370,10 +342,12 @@ def _climatology_baseline(
 def setup_data(
     config: RunConfig, *, data_parallel_size: int | None = None, statistics: tuple[str, Normalizer] | None = None
 ) -> DataSetup:
-    """Open the dataset(s), check the config against them and build the train/val windows. ``data_parallel_size``:
-    the model instances sharing each global training batch (None: from the open process group, else 1);
-    ``statistics``: (where from, normaliser) whose offsets and scales replace the dataset's for the variables it has."""
-    store = open_anemoi_zarr(resolve_dataset_path(config))
+    """Open the dataset(s) (:func:`~anemo_like.data.open_dataset.open_dataset`: a cut-out or limited-area view
+    with ``data.cutout`` / ``data.boundary``), check the config against them and build the train/val windows.
+    ``data_parallel_size``: the model instances sharing each global training batch (None: from the open process
+    group, else 1); ``statistics``: (where from, normaliser) whose offsets and scales replace the dataset's for the
+    variables it has."""
+    store = open_dataset(config)
     val_store = open_val_store(config, store)
     roles = VariableRoles.from_config(config.data.variables)
     stride = _model_step_stride(config, store)

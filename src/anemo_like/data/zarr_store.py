@@ -181,7 +181,10 @@ def _read_small(group: zarr.Group, path: Path, key: str, length: int, dtype: str
 
 def read_tendency_stdev(store: AnemoiZarr, step: datetime.timedelta) -> np.ndarray | None:
     """The dataset's ``statistics_tendencies_<step>_stdev`` (V,) in physical units (anemoi-datasets writes them);
-    None when it has none, an error naming the array when its shape is not one value per variable."""
+    None when it has none (a cut-out grid's come from no file), an error naming the array when its shape is not one
+    value per variable."""
+    if "cutout" in store.attrs:
+        return None
     key = f"statistics_tendencies_{format_frequency(step)}_stdev"
     group = open_group(store.path)
     if open_array(group, store.path, key) is None:

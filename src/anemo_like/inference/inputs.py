@@ -15,7 +15,7 @@ from anemo_like.config.inference import InferenceConfig
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.forcings import computed_forcings
 from anemo_like.data.normalizer import Normalizer
-from anemo_like.data.setup import resolve_dataset_path
+from anemo_like.data.open_dataset import open_dataset, resolve_name
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
 from anemo_like.inference.boundary_forcing import BoundaryForcing, boundary_forcing
@@ -45,10 +45,10 @@ def subset(normalizer: Normalizer, names: list[str]) -> Normalizer:
 
 
 def dataset_path(config: InferenceConfig, run: RunConfig) -> Path:
-    """``dataset``, or the checkpoint's ``data.dataset`` (the built-in one regenerated in its cache if needed)."""
+    """``dataset``, or the checkpoint's ``data.dataset`` (a generated one regenerated in its cache if needed)."""
     if config.dataset is not None:
         return Path(config.dataset).expanduser()
-    return resolve_dataset_path(run) if run.data.dataset == "builtin" else Path(run.data.dataset).expanduser()
+    return resolve_name(run.data.dataset, run)
 
 
 def check_fit(store: StateSource, *, bundle: InferenceBundle, checkpoint: Path, needed: list[str]) -> None:
@@ -244,9 +244,11 @@ def _check_forcings_reach(inputs: ForecastInputs, *, lead_time: str) -> None:
 
 def open_truth(config: InferenceConfig, run: RunConfig) -> AnemoiZarr | None:
     """The dataset: the initial states without ``input``; with it, the truth of ``verify`` and a source of MARS keys,
-    opened when ``verify`` is set, ``dataset`` is given, or the checkpoint's dataset file exists (None otherwise)."""
+    opened when ``verify`` is set, ``dataset`` is given, or the checkpoint's dataset file exists (None otherwise).
+    Without ``dataset``, a checkpoint trained with ``data.cutout`` or ``data.boundary`` gets that view."""
     if config.input is None or config.verify or config.dataset is not None:
-        return open_anemoi_zarr(dataset_path(config, run))
+        regional = config.dataset is None and (run.data.cutout is not None or run.data.boundary is not None)
+        return open_dataset(run) if regional else open_anemoi_zarr(dataset_path(config, run))
     path = Path(run.data.dataset).expanduser()
     return open_anemoi_zarr(path) if run.data.dataset != "builtin" and path.exists() else None
 

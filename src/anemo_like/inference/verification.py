@@ -15,9 +15,9 @@ import xarray as xr
 
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.climatology import mean_state
+from anemo_like.data.open_dataset import open_dataset
 from anemo_like.data.point_masks import REGION, point_mask
-from anemo_like.data.setup import resolve_dataset_path
-from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
+from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequency
 from anemo_like.inference.ensemble_verification import EnsembleVerification
 from anemo_like.inference.scores import ErrorSums, PartScores, Verification
 from anemo_like.inference.state_source import StateSource
@@ -35,7 +35,7 @@ def training_climatology(run: RunConfig, names: list[str], *, max_dates: int) ->
     if max_dates == 0:
         return None
     try:
-        store = open_anemoi_zarr(resolve_dataset_path(run))
+        store = open_dataset(run)
         window = run.data.splits.train
         start, stop = store.date_range(window.start, window.end)
         return mean_state(
