@@ -21,7 +21,9 @@ class Mixer(nn.Module):
 
 
 def spec(forced: torch.Tensor | None) -> ForecastSpec:
-    return ForecastSpec(multistep=1, input_positions=[0, 1, 2], output_positions=[0, 1], num_prognostic=2, forced=forced)
+    return ForecastSpec(
+        multistep=1, input_positions=[0, 1, 2], output_positions=[0, 1], num_prognostic=2, forced=forced
+    )
 
 
 def test_forced_points_take_the_sample_values_and_drive_the_interior() -> None:

@@ -279,6 +279,25 @@ def _open_files(
     return store
 
 
+def _boundary(
+    config: InferenceConfig, *, bundle: InferenceBundle, store: StateSource, checkpoint: Path
+) -> BoundaryForcing | None:
+    """The forced boundary of a limited-area checkpoint's forecasts (None for other models); refuses input files."""
+    run, roles = bundle.config, bundle.roles
+    if config.input is not None and run.data.boundary is not None:
+        raise ValueError(
+            f"input=...: checkpoint {checkpoint} is a limited-area model, which starts from its dataset (with its "
+            "boundary points); leave input unset and give dataset=... (and boundary=FILE for a global forecast)"
+        )
+    return boundary_forcing(
+        config.boundary,
+        store=store,
+        names=roles.prognostic,
+        normalizer=subset(bundle.normalizer, roles.prognostic),
+        checkpoint=checkpoint,
+    )
+
+
 def open_inputs(
     config: InferenceConfig, *, bundle: InferenceBundle, checkpoint: Path, truth: AnemoiZarr | None = None
 ) -> ForecastInputs:
@@ -315,18 +334,7 @@ def open_inputs(
             steps=steps,
             varying=varying,
         )
-    if config.input is not None and run.data.boundary is not None:
-        raise ValueError(
-            f"input=...: checkpoint {checkpoint} is a limited-area model, which starts from its dataset (with its "
-            "boundary points); leave input unset and give dataset=... (and boundary=FILE for a global forecast)"
-        )
-    boundary = boundary_forcing(
-        config.boundary,
-        store=store,
-        names=roles.prognostic,
-        normalizer=subset(bundle.normalizer, roles.prognostic),
-        checkpoint=checkpoint,
-    )
+    boundary = _boundary(config, bundle=bundle, store=store, checkpoint=checkpoint)
     inputs = ForecastInputs(
         store=store,
         roles=roles,

@@ -22,7 +22,6 @@ from anemo_like.checkpoints.weights import CheckpointWeights, read_checkpoint_we
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import DataSetup, setup_data
-from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.distributed.environment import (
     LaunchEnvironment,
     launch_environment,
@@ -295,10 +294,17 @@ def ensemble_members(config: RunConfig, groups: ProcessGroups, data: DataSetup) 
     )
 
 
-def forced_points(store: AnemoiZarr) -> torch.Tensor | None:
-    """(G,) bool: the boundary points of a limited-area dataset, whose values the rollout forces; None otherwise."""
-    mask = point_mask(store, BOUNDARY)
-    return None if mask is None else torch.from_numpy(mask)
+def forecast_spec(config: RunConfig, data: DataSetup) -> ForecastSpec:
+    """Where the model's inputs and outputs sit in a sample, and the forced boundary of a limited-area dataset."""
+    forced = point_mask(data.store, BOUNDARY)
+    return ForecastSpec(
+        multistep=config.training.multistep_input,
+        input_positions=data.input_positions,
+        output_positions=data.output_positions,
+        num_prognostic=len(data.roles.prognostic),
+        output_steps=config.training.multistep_output,
+        forced=None if forced is None else torch.from_numpy(forced),
+    )
 
 
 def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None) -> Run:
@@ -331,14 +337,6 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     opt = config.training.optimizer
     area_weight = torch.as_tensor(graph["data"].area_weight, dtype=torch.float32)
     loss_fn = build_loss(config, data, area_weight)
-    spec = ForecastSpec(
-        multistep=config.training.multistep_input,
-        input_positions=data.input_positions,
-        output_positions=data.output_positions,
-        num_prognostic=len(data.roles.prognostic),
-        output_steps=config.training.multistep_output,
-        forced=forced_points(data.store),
-    )
     return Run(
         config=config,
         placement=placement,
@@ -355,7 +353,7 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
         loss_fn=loss_fn.to(placement.device),
         ensemble=ensemble_members(config, placement.groups, data),
         area_weight=area_weight,
-        spec=spec.on(placement.device),
+        spec=forecast_spec(config, data).on(placement.device),
         grid_bounds=node_shard_bounds(graph["data"].num_nodes, placement.groups.reader_size),
         tracker=tracker,
         memory_plan=memory_plan,
