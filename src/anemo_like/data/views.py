@@ -40,12 +40,9 @@ def check_combinable(main: AnemoiZarr, other: AnemoiZarr, *, relation: str) -> N
         sorted(set(other.variables) - set(main.variables)),
     )
     if missing or extra:
-        parts = [
-            f"{other.path} lacks {', '.join(missing)}" if missing else "",
-            f"adds {', '.join(extra)}" if extra else "",
-        ]
+        changes = ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"adds {', '.join(extra)}"] if extra else [])
         raise ValueError(
-            f"{relation}: the variables differ ({'; '.join(p for p in parts if p)} compared with {main.path}); "
+            f"{relation}: the variables differ ({other.path} {' and '.join(changes)} compared with {main.path}); "
             "both datasets need the same variables"
         )
     if main.frequency != other.frequency:
