@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 
-CONFIG_NAMES = ["quickstart", "hs_t21", "hs_t21_cpu"]
+CONFIG_NAMES = ["quickstart", "hs_t21", "hs_t21_cpu", "regional_global", "regional_stretched", "regional_lam"]
 
 
 def composed(name: str, overrides: list[str] | None = None) -> dict:

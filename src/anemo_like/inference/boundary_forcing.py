@@ -34,17 +34,19 @@ class BoundaryForcing:
     fields: xr.Dataset | None = None  # the global forecast: (time, step, values) per name
     interpolation: SphericalInterpolator | None = None  # global forecast points -> forced points
 
-    def values(self, init: np.datetime64, valid: np.datetime64, grid: slice) -> np.ndarray:
-        """Normalised forced values (V, g_forced) at ``valid`` of the forced points inside ``grid`` (a block of the
-        grid points), for the forecast from ``init``."""
+    def physical(self, init: np.datetime64, valid: np.datetime64, grid: slice = slice(None)) -> np.ndarray:
+        """Forced values (V, g_forced) float32 in physical units at ``valid`` of the forced points inside ``grid`` (a
+        block of the grid points), for the forecast from ``init``."""
         forced = np.flatnonzero(self.forced)
         start, stop, _ = grid.indices(self.forced.size)
         inside = (forced >= start) & (forced < stop)
         if self.fields is None:
-            raw = self._dataset_values(valid, forced[inside])
-        else:
-            raw = self._file_values(init, valid)[:, inside]
-        return self.normalizer.normalize(raw, axis=0)
+            return self._dataset_values(valid, forced[inside])
+        return self._file_values(init, valid)[:, inside]
+
+    def values(self, init: np.datetime64, valid: np.datetime64, grid: slice) -> np.ndarray:
+        """:meth:`physical`, normalised."""
+        return self.normalizer.normalize(self.physical(init, valid, grid), axis=0)
 
     def _dataset_values(self, valid: np.datetime64, points: np.ndarray) -> np.ndarray:
         row = int(np.searchsorted(self.store.dates, valid))
@@ -78,18 +80,13 @@ class BoundaryForcing:
 
 
 def boundary_forcing(
-    path: str | None, *, store: AnemoiZarr | StateSource, names: list[str], normalizer: Normalizer, checkpoint: Path
-) -> BoundaryForcing | None:
-    """The boundary forcing of a limited-area model's forecasts from ``store`` (None: not a limited-area dataset);
-    ``path``: a global forecast file (netCDF or zarr written by anemo-infer) that drives the boundary instead."""
-    forced = point_mask(store, BOUNDARY) if isinstance(store, AnemoiZarr) else None
+    path: str | None, *, store: AnemoiZarr, names: list[str], normalizer: Normalizer
+) -> BoundaryForcing:
+    """The boundary forcing of a limited-area model's forecasts from its dataset ``store`` (a view with a boundary
+    mask); ``path``: a global forecast file (netCDF or zarr written by anemo-infer) that drives the boundary instead."""
+    forced = point_mask(store, BOUNDARY)
     if forced is None:
-        if path is not None:
-            raise ValueError(
-                f"boundary={path}: checkpoint {checkpoint} is not a limited-area model (its dataset "
-                f"{describe(store)} has no boundary points); leave boundary unset"
-            )
-        return None
+        raise ValueError(f"{describe(store)} has no boundary points, which a limited-area model needs")
     forcing = BoundaryForcing(forced=forced, names=names, normalizer=normalizer, store=store)
     if path is None:
         return forcing

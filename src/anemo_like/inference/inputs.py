@@ -282,19 +282,26 @@ def _open_files(
 def _boundary(
     config: InferenceConfig, *, bundle: InferenceBundle, store: StateSource, checkpoint: Path
 ) -> BoundaryForcing | None:
-    """The forced boundary of a limited-area checkpoint's forecasts (None for other models); refuses input files."""
+    """The forced boundary of a limited-area checkpoint's forecasts (None for other models)."""
     run, roles = bundle.config, bundle.roles
-    if config.input is not None and run.data.boundary is not None:
+    if run.data.boundary is None:
+        if config.boundary is not None:
+            raise ValueError(
+                f"boundary={config.boundary}: checkpoint {checkpoint} is not a limited-area model (its data.boundary "
+                "is null), so nothing is forced; leave boundary unset"
+            )
+        return None
+    where = "input=..." if config.input is not None else f"dataset={config.dataset}"
+    if config.input is not None or config.dataset is not None:
         raise ValueError(
-            f"input=...: checkpoint {checkpoint} is a limited-area model, which starts from its dataset (with its "
-            "boundary points); leave input unset and give dataset=... (and boundary=FILE for a global forecast)"
+            f"{where}: checkpoint {checkpoint} is a limited-area model, which starts from its own dataset and its "
+            "boundary strip (data.dataset with data.boundary); leave it unset (boundary=FILE gives the boundary)"
         )
     return boundary_forcing(
         config.boundary,
         store=store,
         names=roles.prognostic,
         normalizer=subset(bundle.normalizer, roles.prognostic),
-        checkpoint=checkpoint,
     )
 
 

@@ -1,0 +1,111 @@
+"""A limited-area model end to end: trained on a box whose boundary strip is forced by a global dataset, it
+forecasts with the boundary taken from its dataset or from a global forecast file. The boundary values written are
+the forced ones exactly, and the interior depends on them; what a limited-area forecast cannot use is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from bad_input_helpers import TINY_DATA
+from conftest import TINY_MODEL
+from hydra import compose, initialize_config_dir
+from inference_helpers import infer_config, setup_error
+from omegaconf import OmegaConf
+from regional_helpers import box_grid, global_grid, write_store
+
+from anemo_like.config import config_dir, validate_config
+from anemo_like.data.boundary import open_boundary
+from anemo_like.data.interpolation import spherical_interpolator
+from anemo_like.data.zarr_store import open_anemoi_zarr
+from anemo_like.inference.run import run_inference
+from anemo_like.training.trainer import Trainer
+
+PROGNOSTIC = ["sp", "t_850", "z_500"]
+INIT = np.datetime64("2000-01-04T00", "s")
+LEADS = 2  # 6 h steps
+
+
+@pytest.fixture(scope="module")
+def lam(tmp_path_factory, cache_dir) -> dict[str, Path]:
+    """Stores (box, globe) and a limited-area checkpoint trained for 2 steps on them (1-row boundary strip)."""
+    root = tmp_path_factory.mktemp("lam")
+    box = write_store(root / "box.zarr", *box_grid(), seed=1)
+    globe = write_store(root / "globe.zarr", *global_grid(), seed=2, noise=0.0)
+    overrides = [
+        *TINY_MODEL, *TINY_DATA, f"system.paths.output={root / 'run'}", f"system.paths.cache={cache_dir}",
+        f"data.dataset={box}", f"data.boundary={{dataset:{globe},width_km:null,width_rows:1}}",
+        "graph.hidden={kind:limited_area,region_resolution:4,margin_km:300}",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        config = validate_config(OmegaConf.to_container(compose("quickstart", overrides=overrides), resolve=True))
+    outputs = Trainer(config).fit()
+    return {"box": box, "globe": globe, "checkpoint": outputs.run_dir / "inference.pt", "root": root}
+
+
+def forecast(lam: dict[str, Path], name: str, *overrides: str) -> xr.Dataset:
+    output = lam["root"] / f"{name}.nc"
+    config = infer_config(lam["checkpoint"], f"dates=[{INIT}]", "lead_time=12h", f"output={output}", *overrides)
+    run_inference(config)
+    return xr.load_dataset(output)
+
+
+def global_forecast(lam: dict[str, Path], path: Path) -> xr.Dataset:
+    """A forecast file as anemo-infer writes it for a global model: (time, step, values), 12 h from INIT."""
+    lat, lon = global_grid()
+    rng = np.random.default_rng(5)
+    fields = {
+        name: (("time", "step", "values"), rng.normal(size=(1, LEADS, lat.size)).astype(np.float32))
+        for name in PROGNOSTIC
+    }
+    coords = {
+        "time": [INIT.astype("datetime64[ns]")],
+        "step": (np.arange(1, LEADS + 1) * np.timedelta64(6, "h")).astype("timedelta64[ns]"),
+        "latitude": ("values", lat),
+        "longitude": ("values", lon),
+    }
+    xr.Dataset(fields, coords=coords).to_netcdf(path)
+    return xr.load_dataset(path)
+
+
+def test_boundary_values_are_the_forced_ones_exactly_and_drive_the_interior(lam) -> None:
+    view = open_boundary(open_anemoi_zarr(lam["box"]), open_anemoi_zarr(lam["globe"]), width_km=None, width_rows=1)
+    forced = view.point_masks["boundary"]
+    assert 0 < forced.sum() < forced.size
+    truth = forecast(lam, "truth")
+    rows = np.searchsorted(view.dates, INIT) + np.arange(1, LEADS + 1)
+    variables = view.variable_indices(PROGNOSTIC)
+    expected = view.read(slice(rows[0], rows[-1] + 1), variables)  # (L, V, G): the global data interpolated
+    for v, name in enumerate(PROGNOSTIC):
+        np.testing.assert_array_equal(truth[name].values[0][:, forced], expected[:, v, forced])
+
+    driver = global_forecast(lam, lam["root"] / "global.nc")
+    driven = forecast(lam, "driven", f"boundary={lam['root'] / 'global.nc'}")
+    box = open_anemoi_zarr(lam["box"])
+    to_boundary = spherical_interpolator(
+        driver["latitude"].values, driver["longitude"].values, box.latitudes[forced], box.longitudes[forced]
+    )
+    for name in PROGNOSTIC:
+        wanted = to_boundary.apply(driver[name].values[0]).astype(np.float32)  # (L, forced points)
+        np.testing.assert_array_equal(driven[name].values[0][:, forced], wanted)
+        first, second = (driven[name].values[0][k, ~forced] - truth[name].values[0][k, ~forced] for k in range(2))
+        assert not first.any()  # the first step's interior: the same initial state
+        assert np.abs(second).max() > 1e-6  # the second: fed another boundary
+
+
+def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:
+    path = lam["root"] / "short.nc"
+    global_forecast(lam, path).isel(step=[0]).to_netcdf(lam["root"] / "one_step.nc")
+    config = infer_config(lam["checkpoint"], f"dates=[{INIT}]", "lead_time=12h", f"output={lam['root'] / 'x.nc'}")
+    one_step = config.model_copy(update={"boundary": str(lam["root"] / "one_step.nc")})
+    with pytest.raises(ValueError, match="has no step 12h"):
+        run_inference(one_step)
+    later = config.model_copy(update={"dates": ["2000-01-04T06"], "boundary": str(path)})
+    with pytest.raises(ValueError, match="no forecast from 2000-01-04T06:00:00"):
+        run_inference(later)
+    missing = config.model_copy(update={"boundary": str(lam["root"] / "absent.nc")})
+    assert "no such file" in setup_error(missing)
+    elsewhere = config.model_copy(update={"dataset": str(lam["box"])})
+    assert "is a limited-area model, which starts from its own dataset" in setup_error(elsewhere)
