@@ -1,0 +1,199 @@
+"""Regional skill at equal CPU-seconds: a global model, a stretched-grid model and a limited-area model; ONE JSON line.
+
+    python benchmarks/regional_skill.py [--cpu-seconds 900] [--threads 2] [--output DIR] [--reuse] [--every 24h]
+
+On the generated regional pair (``builtin-region``, ``builtin-global``: one high-resolution run, its European box at
+full resolution and the whole globe coarsened to the built-in grid), three models are trained from scratch with the
+shipped configs, each in a fresh process with ``--threads`` threads and the same CPU budget:
+
+- (a) ``regional_global``: the global model on the coarse data;
+- (b) ``regional_stretched``: the regional points cut into the global grid, a hidden mesh refined over the region;
+- (c) ``regional_lam``: the regional grid alone, its boundary strip forced by the global data (the truth).
+
+Each model's ``training.max_steps`` is set so that its run spends ``--cpu-seconds``: a short calibration run
+measures the CPU-seconds of setting up and of one step. Then ``anemo-infer`` forecasts 24 h from every ``--every``
+of the validation window with (a), (b) and (c), and (d) is the limited-area model driven by (a)'s forecast
+(``boundary=`` (a)'s file). All four are scored against the high-resolution truth at 6 h and 24 h on the region's
+interior (the regional points outside the limited-area model's boundary strip, whose values (c) and (d) are given):
+RMSE weighted by cos(latitude), in physical units; (a) is interpolated linearly on the sphere to those points.
+Printed: CPU and wall seconds of every run, the RMSE tables, and the ratios of (b), (c), (d) to (a) with the target
+of issue 38 ((b) and (c) <= 0.8 x (a) on z_500 and t_850 at 24 h).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from anemo_like.checkpoints.inference import load_inference_checkpoint
+from anemo_like.data.interpolation import spherical_interpolator
+from anemo_like.data.open_dataset import open_dataset, resolve_name
+from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
+from anemo_like.data.regional_pair import REGION_NAME
+from anemo_like.data.zarr_store import open_anemoi_zarr
+
+MODELS = {"a": "regional_global", "b": "regional_stretched", "c": "regional_lam"}
+SCORED = ("z_500", "t_850", "u_250", "v_250", "sp")
+LEADS = {"6h": 1, "24h": 4}  # model steps of 6 h
+TARGET = 0.8  # (b) and (c) over (a), z_500 and t_850 at 24 h
+
+
+def run(command: list[str], log: Path, env: dict[str, str]) -> dict:
+    """Run ``command`` (its output into ``log``); its wall and CPU seconds (with the children it waited for)."""
+    started = time.perf_counter()
+    with log.open("w") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed: see {log}")
+    return {"wall_s": round(time.perf_counter() - started, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}
+
+
+def train(config: str, run_dir: Path, args: argparse.Namespace, extra: list[str]) -> dict:
+    """``anemo-train --config-name=CONFIG`` into ``run_dir`` (reused with ``--reuse`` when it finished)."""
+    record = run_dir / "run.json"
+    if args.reuse and record.is_file():
+        return json.loads(record.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        str(Path(sys.executable).with_name("anemo-train")),
+        f"--config-name={config}",
+        f"system.paths.output={run_dir}",
+        f"hydra.run.dir={run_dir}",
+        f"system.hardware.num_threads={args.threads}",
+        "diagnostics.progress_bar=false",
+        *extra,
+    ]
+    measured = run(command, run_dir / "stdout.log", args.env)
+    record.write_text(json.dumps(measured))
+    return measured
+
+
+def steady_cpu_per_step(run_dir: Path, threads: int) -> float:
+    """CPU-seconds of one training step: ``threads`` / the last logged it/s of the run's metrics."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    speeds = [r["it_per_s"] for r in records if "it_per_s" in r]
+    return threads / float(np.median(speeds[-3:]))
+
+
+def budgeted_steps(config: str, root: Path, args: argparse.Namespace) -> tuple[int, dict]:
+    """Steps that make a run of ``config`` spend ``--cpu-seconds``: set-up and per-step CPU from a short run."""
+    calibration = root / f"calibrate-{config}"
+    short = ["training.max_steps=60", "training.val_every_n_steps=60", "training.checkpoint_every_n_steps=60"]
+    measured = train(config, calibration, args, short)
+    per_step = steady_cpu_per_step(calibration, args.threads)
+    setup = max(0.0, measured["cpu_s"] - 60 * per_step)
+    return max(60, int((args.cpu_seconds - setup) / per_step)), {"setup_cpu_s": round(setup, 1), "step_cpu_s": per_step}
+
+
+def forecast(run_dir: Path, name: str, dates: list[str], args: argparse.Namespace, extra: list[str]) -> Path:
+    """``anemo-infer`` of the run's inference.pt: 24 h from ``dates``; the forecast file."""
+    output = run_dir / f"{name}.nc"
+    if not (args.reuse and output.is_file()):
+        command = [
+            str(Path(sys.executable).with_name("anemo-infer")),
+            f"checkpoint={run_dir / 'inference.pt'}",
+            f"dates=[{','.join(dates)}]",
+            "lead_time=24h",
+            f"output={output}",
+            f"num_threads={args.threads}",
+            f"hydra.run.dir={run_dir / 'infer'}",
+            *extra,
+        ]
+        run(command, run_dir / f"{name}.log", args.env)
+    return output
+
+
+def rmse(forecast: np.ndarray, truth: np.ndarray, weights: np.ndarray) -> float:
+    """cos(latitude)-weighted RMSE over dates and points of (N, P) arrays."""
+    return float(np.sqrt(np.sum(weights * (forecast - truth) ** 2) / (weights.sum() * len(forecast))))
+
+
+def scores(points: np.ndarray, values: xr.Dataset, truth_of: dict, weights: np.ndarray, interp=None) -> dict:
+    """RMSE per variable and lead of a forecast file's ``values`` at ``points`` (or interpolated there)."""
+    table = {}
+    for name in SCORED:
+        for lead, step in LEADS.items():
+            field = values[name].isel(step=step - 1).values  # (N, G)
+            field = interp.apply(field) if interp is not None else field[:, points]
+            table[f"{name}_{lead}"] = round(rmse(field, truth_of[name][lead], weights), 5)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-seconds", type=float, default=900.0, help="CPU budget of each model's training run")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--every", default="24h", help="spacing of the initial dates in the validation window")
+    parser.add_argument("--output", type=Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs and forecasts in --output")
+    args = parser.parse_args()
+    root = args.output or Path(tempfile.mkdtemp(prefix="anemo-regional-"))
+    root.mkdir(parents=True, exist_ok=True)
+    args.env = os.environ | {"ANEMO_LIKE_CACHE": str(root / "cache")}
+    runs = {}
+    for key, config in MODELS.items():
+        steps, calibration = budgeted_steps(config, root, args)
+        runs[key] = train(config, root / key, args, [f"training.max_steps={steps}"]) | calibration | {"steps": steps}
+    lam = load_inference_checkpoint(root / "c" / "inference.pt").config
+    os.environ["ANEMO_LIKE_CACHE"] = str(root / "cache")
+    lam_store = open_dataset(lam)
+    interior = ~point_mask(lam_store, BOUNDARY)
+    truth_store = open_anemoi_zarr(resolve_name(REGION_NAME, lam))
+    window = lam.data.splits.val
+    first, stop = truth_store.date_range(window.start, window.end)
+    every = int(np.timedelta64(int(args.every[:-1]), args.every[-1]) // np.timedelta64(truth_store.frequency))
+    init = np.arange(first, stop - 4, every)
+    dates = [str(truth_store.dates[i])[:13] for i in init]
+    truth_of = {
+        name: {
+            lead: truth_store.read(slice(None), truth_store.variable_indices([name]))[init + step, 0][:, interior]
+            for lead, step in LEADS.items()
+        }
+        for name in SCORED
+    }
+    lat, lon = truth_store.latitudes[interior], truth_store.longitudes[interior]
+    weights = np.cos(np.deg2rad(lat))
+    files = {key: forecast(root / key, key, dates, args, []) for key in MODELS}
+    files["d"] = forecast(root / "c", "d", dates, args, [f"boundary={files['a']}"])
+    opened = {key: xr.open_dataset(path) for key, path in files.items()}
+    coarse = opened["a"]
+    to_region = spherical_interpolator(coarse["latitude"].values, coarse["longitude"].values, lat, lon)
+    stretched_store = open_dataset(load_inference_checkpoint(root / "b" / "inference.pt").config)
+    regional_in_b = np.flatnonzero(point_mask(stretched_store, REGION))[interior]
+    table = {
+        "a": scores(None, coarse, truth_of, weights, to_region),
+        "b": scores(regional_in_b, opened["b"], truth_of, weights),
+        "c": scores(np.flatnonzero(interior), opened["c"], truth_of, weights),
+        "d": scores(np.flatnonzero(interior), opened["d"], truth_of, weights),
+    }
+    ratios = {key: {k: round(v / table["a"][k], 3) for k, v in table[key].items()} for key in "bcd"}
+    targets = [ratios[key][f"{name}_24h"] <= TARGET for key in "bc" for name in ("z_500", "t_850")]
+    print(
+        json.dumps(
+            {
+                "benchmark": "regional_skill",
+                "cpu_seconds_budget": args.cpu_seconds,
+                "threads": args.threads,
+                "initial_dates": len(dates),
+                "interior_points": int(interior.sum()),
+                "runs": runs,
+                "rmse": table,
+                "ratio_to_global": ratios,
+                "meets_target": all(targets),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
