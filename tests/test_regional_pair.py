@@ -183,3 +183,16 @@ def test_ensure_completes_a_pair_whose_other_store_is_missing(tmp_path, monkeypa
     assert regional_pair.ensure_regional_pair(tmp_path, seed=5, progress=False) == (region, coarse)
     assert _digest(region) == kept
     assert open_anemoi_zarr(coarse).shape == (4, len(builtin.VARIABLES), 1, 32 * 64)
+
+
+def test_simulating_in_chunks_gives_the_same_fields() -> None:
+    """The pair is simulated a few dates at a time; the values do not depend on it."""
+    whole = quasi_geostrophic.simulate(seed=1, n_dates=6, spin_up_days=0.5)
+    chunks = list(quasi_geostrophic.simulate_in_chunks(seed=1, n_dates=6, chunk_dates=4, spin_up_days=0.5))
+    assert [len(chunk) for chunk in chunks] == [4, 2]
+    np.testing.assert_array_equal(np.concatenate(chunks), whole)
+
+
+def test_a_grid_the_atmosphere_cannot_run_on_is_refused() -> None:
+    with pytest.raises(ValueError, match="even number of latitudes >= 8, got n_lat=33"):
+        quasi_geostrophic.simulate(seed=0, n_dates=1, n_lat=33)
