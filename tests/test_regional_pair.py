@@ -173,13 +173,44 @@ def test_ensure_generates_the_pair_once_and_reuses_it(tmp_path, monkeypatch) -> 
     assert [path.stat().st_mtime_ns for path in paths] == modified
 
 
-def test_ensure_completes_a_pair_whose_other_store_is_missing(tmp_path, monkeypatch) -> None:
+def test_ensure_replaces_a_store_whose_twin_is_missing(tmp_path, monkeypatch) -> None:
+    """A pair comes from one run: a lone store left behind is generated again with its twin."""
     _small_pairs(monkeypatch)
     region, coarse = regional_pair.ensure_regional_pair(tmp_path, seed=5, progress=False)
-    kept = _digest(region)
-    for file in sorted(coarse.rglob("*"), reverse=True):
-        file.unlink() if file.is_file() else file.rmdir()
-    coarse.rmdir()
+    kept, modified = _digest(region), region.stat().st_mtime_ns
+    builtin.discard_store(coarse)
     assert regional_pair.ensure_regional_pair(tmp_path, seed=5, progress=False) == (region, coarse)
+    assert region.stat().st_mtime_ns != modified
     assert _digest(region) == kept
     assert open_anemoi_zarr(coarse).shape == (4, len(builtin.VARIABLES), 1, 32 * 64)
+
+
+def test_ensure_keeps_the_pair_of_a_process_that_finished_first(tmp_path, monkeypatch) -> None:
+    _small_pairs(monkeypatch)
+    cache = tmp_path / "cache"
+    theirs = regional_pair.write_regional_pair(tmp_path / "theirs", seed=6, n_dates=4, n_lat=32, spin_up_days=0.25)
+    write = regional_pair.write_regional_pair
+
+    def race(folder: Path, **kwargs) -> tuple[Path, Path]:
+        ours = write(folder, **kwargs)
+        for source, part in zip(theirs, ("region", "global"), strict=True):  # the other process renames its pair
+            source.rename(cache / f"builtin-regional-v1-seed5-{part}.zarr")
+        return ours
+
+    monkeypatch.setattr(regional_pair, "write_regional_pair", race)
+    paths = regional_pair.ensure_regional_pair(cache, seed=5, progress=False)
+    assert [open_anemoi_zarr(path).attrs["builtin"]["seed"] for path in paths] == [6, 6]
+    assert sorted(path.name for path in cache.iterdir()) == sorted(path.name for path in paths)
+
+
+def test_simulating_in_chunks_gives_the_same_fields() -> None:
+    """The pair is simulated a few dates at a time; the values do not depend on it."""
+    whole = quasi_geostrophic.simulate(seed=1, n_dates=6, spin_up_days=0.5)
+    chunks = list(quasi_geostrophic.simulate_in_chunks(seed=1, n_dates=6, chunk_dates=4, spin_up_days=0.5))
+    assert [len(chunk) for chunk in chunks] == [4, 2]
+    np.testing.assert_array_equal(np.concatenate(chunks), whole)
+
+
+def test_a_grid_the_atmosphere_cannot_run_on_is_refused() -> None:
+    with pytest.raises(ValueError, match="even number of latitudes >= 8, got n_lat=33"):
+        quasi_geostrophic.simulate(seed=0, n_dates=1, n_lat=33)

@@ -39,6 +39,7 @@ __all__ = [
     "START_DATE",
     "UNITS",
     "VARIABLES",
+    "discard_store",
     "ensure_builtin_dataset",
     "grid",
     "round_mantissa",
@@ -149,7 +150,7 @@ def ensure_builtin_dataset(cache_dir: str | Path, *, seed: int = _DEFAULT_SEED, 
             LOG.debug("using the built-in dataset at %s", path)
             return path
         LOG.warning("the built-in dataset at %s is unusable (%s); generating it again", path, problem)
-        _discard(path)
+        discard_store(path)
     start = time.perf_counter()
     try:
         write_builtin_dataset(path, seed=seed, progress=progress)
@@ -173,7 +174,7 @@ def _unphysical_statistics(path: Path) -> str | None:
     return None
 
 
-def _discard(path: Path) -> None:
+def discard_store(path: Path) -> None:
     """Move a store out of the way (atomically, so no process sees half of it), then delete it."""
     aside = path.parent / f".{path.name}.discarded-{uuid.uuid4().hex[:8]}"
     try:

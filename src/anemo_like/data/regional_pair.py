@@ -3,7 +3,10 @@ atmosphere (:mod:`anemo_like.data.quasi_geostrophic`): the points of a European 
 and the whole globe coarsened to the built-in 32 x 64 grid (the global).
 
 Both are anemoi-datasets zarrs with the built-in dataset's variables, units, dates and stored precision
-(:mod:`anemo_like.data.builtin`), generated once into the cache folder.
+(:mod:`anemo_like.data.builtin`), generated once into the cache folder. By default the run is 128 x 256 (1.4°) for 240
+days after a 10-day spin-up: 1075 regional points (25 rows x 43 columns) and 2048 global ones, ~260 s on one core
+(OMP_NUM_THREADS=1). Bilinear interpolation of the global store to the regional points misses 3-4% of the regional
+stdev of z_500 and t_850, 6% of sp's, 12-19% of the winds'.
 """
 
 from __future__ import annotations
@@ -173,13 +176,17 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
     """Paths of ``cache_dir/<PAIR_NAME>-seed<seed>-{region,global}.zarr``, generating both first if either is missing
     (``progress``: showing the simulated dates).
 
-    Both are written into a temporary folder and renamed into place; another process finishing first is fine.
+    Both are written into a temporary folder and renamed into place; another process finishing first is fine. A lone
+    store (its twin lost) is replaced: the pair must come from one run, and runs with another number of BLAS threads
+    differ (the atmosphere is chaotic: rounding differences grow to weather differences within weeks).
     """
     cache = Path(cache_dir).expanduser().resolve()
     paths = tuple(cache / f"{PAIR_NAME}-seed{seed}-{part}.zarr" for part in ("region", "global"))
     if all(path.exists() for path in paths):
         LOG.debug("using the regional pair at %s", cache)
         return paths
+    for path in paths:
+        builtin.discard_store(path)
     cache.mkdir(parents=True, exist_ok=True)
     scratch = cache / f".{PAIR_NAME}-seed{seed}-{uuid.uuid4().hex[:8]}"
     start = time.perf_counter()
@@ -188,18 +195,21 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
             scratch, seed=seed, n_dates=N_DATES, n_lat=N_LAT, spin_up_days=SPIN_UP_DAYS, progress=progress
         )
         for source, target in zip(written, paths, strict=True):
-            _move_into_place(source, target)
+            if not _move_into_place(source, target):
+                break  # another process put its region there first: its global follows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     LOG.info("generated the regional pair %s in %.1f s at %s", PAIR_NAME, time.perf_counter() - start, cache)
     return paths
 
 
-def _move_into_place(source: Path, target: Path) -> None:
-    """Rename a finished store to ``target``; if one is already there (another process finished first, or the pair's
-    other store went missing), keep it: the generator is deterministic, so it holds the same data."""
+def _move_into_place(source: Path, target: Path) -> bool:
+    """Rename a finished store to ``target``; False if one is already there (another process has just finished the
+    same pair: its store is kept)."""
     try:
         os.rename(source, target)
     except OSError:
         if not target.exists():
             raise
+        return False
+    return True
