@@ -160,8 +160,8 @@ def _small_pairs(monkeypatch) -> None:
 def test_ensure_generates_the_pair_once_and_reuses_it(tmp_path, monkeypatch) -> None:
     _small_pairs(monkeypatch)
     calls = []
-    write = regional_pair.write_regional_pair
-    monkeypatch.setattr(regional_pair, "write_regional_pair", lambda *a, **k: calls.append(k) or write(*a, **k))
+    generate = regional_pair._generate
+    monkeypatch.setattr(regional_pair, "_generate", lambda *a, **k: calls.append(k) or generate(*a, **k))
     paths = regional_pair.ensure_regional_pair(tmp_path / "cache", seed=5, progress=False)
     names = [path.name for path in paths]
     assert names == ["builtin-regional-v1-seed5-region.zarr", "builtin-regional-v1-seed5-global.zarr"]
@@ -189,15 +189,15 @@ def test_ensure_keeps_the_pair_of_a_process_that_finished_first(tmp_path, monkey
     _small_pairs(monkeypatch)
     cache = tmp_path / "cache"
     theirs = regional_pair.write_regional_pair(tmp_path / "theirs", seed=6, n_dates=4, n_lat=32, spin_up_days=0.25)
-    write = regional_pair.write_regional_pair
+    generate = regional_pair._generate
 
     def race(folder: Path, **kwargs) -> tuple[Path, Path]:
-        ours = write(folder, **kwargs)
+        ours = generate(folder, **kwargs)
         for source, part in zip(theirs, ("region", "global"), strict=True):  # the other process renames its pair
             source.rename(cache / f"builtin-regional-v1-seed5-{part}.zarr")
         return ours
 
-    monkeypatch.setattr(regional_pair, "write_regional_pair", race)
+    monkeypatch.setattr(regional_pair, "_generate", race)
     paths = regional_pair.ensure_regional_pair(cache, seed=5, progress=False)
     assert [open_anemoi_zarr(path).attrs["builtin"]["seed"] for path in paths] == [6, 6]
     assert sorted(path.name for path in cache.iterdir()) == sorted(path.name for path in paths)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -177,8 +179,9 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
     (``progress``: showing the simulated dates).
 
     Both are written into a temporary folder and renamed into place; another process finishing first is fine. A lone
-    store (its twin lost) is replaced: the pair must come from one run, and runs with another number of BLAS threads
-    differ (the atmosphere is chaotic: rounding differences grow to weather differences within weeks).
+    store (its twin lost) is replaced: the pair must come from one run. The run is a child process with one BLAS
+    thread (:func:`_generate`): the atmosphere is chaotic, so the rounding of another thread count would grow into
+    other weather within weeks, and a seed would not give the same pair on every machine.
     """
     cache = Path(cache_dir).expanduser().resolve()
     paths = tuple(cache / f"{PAIR_NAME}-seed{seed}-{part}.zarr" for part in ("region", "global"))
@@ -191,9 +194,7 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
     scratch = cache / f".{PAIR_NAME}-seed{seed}-{uuid.uuid4().hex[:8]}"
     start = time.perf_counter()
     try:
-        written = write_regional_pair(
-            scratch, seed=seed, n_dates=N_DATES, n_lat=N_LAT, spin_up_days=SPIN_UP_DAYS, progress=progress
-        )
+        written = _generate(scratch, seed=seed, progress=progress)
         for source, target in zip(written, paths, strict=True):
             if not _move_into_place(source, target):
                 break  # another process put its region there first: its global follows
@@ -201,6 +202,17 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
         shutil.rmtree(scratch, ignore_errors=True)
     LOG.info("generated the regional pair %s in %.1f s at %s", PAIR_NAME, time.perf_counter() - start, cache)
     return paths
+
+
+def _generate(folder: Path, *, seed: int, progress: bool) -> tuple[Path, Path]:
+    """:func:`write_regional_pair` of the default size in a child process whose BLAS runs one thread."""
+    one_thread = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    size = [str(N_DATES), str(N_LAT), str(SPIN_UP_DAYS)]
+    command = [sys.executable, "-m", "anemo_like.data.regional_pair", str(folder), str(seed), *size, str(int(progress))]
+    done = subprocess.run(command, env=os.environ | one_thread, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"generating the regional pair in {folder} failed (exit {done.returncode}; see above)")
+    return tuple(Path(line) for line in done.stdout.split())
 
 
 def _move_into_place(source: Path, target: Path) -> bool:
@@ -213,3 +225,12 @@ def _move_into_place(source: Path, target: Path) -> bool:
             raise
         return False
     return True
+
+
+if __name__ == "__main__":  # the child process of _generate: FOLDER SEED N_DATES N_LAT SPIN_UP_DAYS PROGRESS
+    folder_arg, seed_arg, dates_arg, lat_arg, spin_up_arg, progress_arg = sys.argv[1:]
+    for written_path in write_regional_pair(
+        folder_arg, seed=int(seed_arg), n_dates=int(dates_arg), n_lat=int(lat_arg), spin_up_days=float(spin_up_arg),
+        progress=bool(int(progress_arg)),
+    ):  # fmt: skip
+        print(written_path)
