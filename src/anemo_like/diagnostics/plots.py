@@ -51,7 +51,8 @@ def plot_region_map(
     lat, lon = lat[region], contiguous_longitudes(lon[region])
     span = max(float(np.ptp(lon)), 1e-6), max(float(np.ptp(lat)), 1e-6)
     spacing = np.sqrt(span[0] * span[1] / lat.size)  # degrees between neighbouring points
-    size = (250.0 * spacing / span[0]) ** 2  # square markers that tile a ~250 pt wide panel
+    points_per_degree = max(250.0 / span[0], 220.0 / span[1])  # a panel is ~250 pt wide and ~220 pt high
+    size = (points_per_degree * spacing) ** 2  # square markers that cover the panel without gaps in either direction
     half = spacing / 2  # the outer markers' half width
     box = (float(lon.min()) - half, float(lon.max()) + half, float(lat.min()) - half, float(lat.max()) + half)
     _three_panels(
