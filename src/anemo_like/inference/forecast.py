@@ -164,8 +164,7 @@ def run_forecasts(
                 step_seconds += seconds
                 values = prediction.float().cpu().numpy()  # (R, G, V_out) normalised
                 forecasts[dates, member, step] = out.denormalize(values, axis=-1)
-                if inputs.boundary is not None:
-                    _write_forced(forecasts, inputs, dates, member, step)
+                _write_forced(forecasts, inputs, dates, member, step)
                 _log_step(label, step, inputs, seconds, device)
                 lead = format_frequency(inputs.step * (step + 1))
                 bar.update(len(dates), date=label, lead=lead, memory=format_mib(peak_memory_mib(device)))
@@ -185,7 +184,9 @@ def _write_forced(
     forecasts: np.ndarray, inputs: ForecastInputs, dates: np.ndarray, member: np.ndarray, step: int
 ) -> None:
     """The forced values of the boundary points, exactly as given (not through normalisation and back), into
-    ``forecasts`` (N, M, L, G, V_out) at lead ``step`` of the rows (``dates``, ``member``)."""
+    ``forecasts`` (N, M, L, G, V_out) at lead ``step`` of the rows (``dates``, ``member``); nothing without one."""
+    if inputs.boundary is None:
+        return
     forced, count = np.flatnonzero(inputs.boundary.forced), len(inputs.roles.prognostic)
     lead = (step + 1) * np.timedelta64(int(inputs.step.total_seconds()), "s")
     for date in np.unique(dates):
