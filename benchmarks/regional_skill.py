@@ -154,12 +154,10 @@ def main() -> None:
     every = int(np.timedelta64(int(args.every[:-1]), args.every[-1]) // np.timedelta64(truth_store.frequency))
     init = np.arange(first, stop - 4, every)
     dates = [str(truth_store.dates[i])[:13] for i in init]
+    series = {name: truth_store.read(slice(None), truth_store.variable_indices([name]))[:, 0] for name in SCORED}
     truth_of = {
-        name: {
-            lead: truth_store.read(slice(None), truth_store.variable_indices([name]))[init + step, 0][:, interior]
-            for lead, step in LEADS.items()
-        }
-        for name in SCORED
+        name: {lead: values[init + step][:, interior] for lead, step in LEADS.items()}
+        for name, values in series.items()
     }
     lat, lon = truth_store.latitudes[interior], truth_store.longitudes[interior]
     weights = np.cos(np.deg2rad(lat))

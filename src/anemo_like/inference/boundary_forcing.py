@@ -111,7 +111,7 @@ def boundary_forcing(
 
 def _open_global_forecast(file: Path, names: list[str]) -> xr.Dataset:
     """The forecast of anemo-infer at ``file`` (netCDF or zarr): ``names`` on (time, step, values) with latitude and
-    longitude; ValueError names what is missing."""
+    longitude, in memory; ValueError names what is missing."""
     if not file.exists():
         raise ValueError(f"boundary {file}: no such file; give a global forecast written by anemo-infer")
     try:
@@ -130,4 +130,4 @@ def _open_global_forecast(file: Path, names: list[str]) -> xr.Dataset:
             f"boundary {file}: an ensemble forecast ({fields.sizes['number']} members); drive the boundary with a "
             "deterministic forecast (or one member written on its own)"
         )
-    return fields
+    return fields[names].load()  # read once: every lead time of every forecast looks it up
