@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
-BASE = {"atomic_io", "interrupts", "links", "partition", "progress"}  # single modules every layer may use
+BASE = {"atomic_io", "interrupts", "links", "partition", "progress", "sphere"}  # single modules every layer may use
 # package -> the packages it may import; docs/architecture.md describes each layer
 ALLOWED: dict[str, set[str]] = {
     "atomic_io": {"interrupts"},
@@ -14,6 +14,7 @@ ALLOWED: dict[str, set[str]] = {
     "links": set(),
     "partition": set(),
     "progress": set(),
+    "sphere": set(),
     "config": BASE,
     "graphs": {"config"} | BASE,
     "data": {"config"} | BASE,

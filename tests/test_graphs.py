@@ -20,7 +20,7 @@ from anemo_like.graphs.builder import DECODER, ENCODER, PROCESSOR
 from anemo_like.graphs.edge_attributes import edge_directions
 from anemo_like.graphs.icosahedron import refined_icosahedron
 from anemo_like.graphs.ordering import hilbert_index, hilbert_order
-from anemo_like.graphs.sphere import latlon_to_xyz
+from anemo_like.sphere import latlon_to_xyz
 
 RESOLUTION = 2
 CUTOFF_FACTOR = 0.6

@@ -23,8 +23,8 @@ from anemo_like.graphs.builder import DECODER, ENCODER, PROCESSOR
 from anemo_like.graphs.cache import graph_cache_key
 from anemo_like.graphs.icosahedron import refined_icosahedron, triangle_edges
 from anemo_like.graphs.ordering import hilbert_index
-from anemo_like.graphs.sphere import EARTH_RADIUS_KM, great_circle_distance, latlon_to_xyz
 from anemo_like.graphs.stretched import regional_mesh
+from anemo_like.sphere import EARTH_RADIUS_KM, great_circle_distance, latlon_to_xyz
 from anemo_like.training.setup import build_run
 
 GLOBAL, REGION_LEVEL, MARGIN_KM, KNN = 2, 4, 300.0, 3

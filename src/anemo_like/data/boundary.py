@@ -10,9 +10,10 @@ from scipy.spatial import cKDTree
 
 from anemo_like.data.interpolation import SphericalInterpolator, spherical_interpolator
 from anemo_like.data.point_masks import BOUNDARY
-from anemo_like.data.sphere import EARTH_RADIUS_KM, cap_lattice, nearest_km, spacing_km, unit_vectors
+from anemo_like.data.sphere import cap_lattice, nearest_km, spacing_km, unit_vectors
 from anemo_like.data.views import DatasetView, check_combinable, check_surrounded
 from anemo_like.data.zarr_store import AnemoiZarr
+from anemo_like.sphere import EARTH_RADIUS_KM
 
 SURROUNDING_NEIGHBOURS = 16  # an auxiliary point is inside the region when these nearest regional points surround it
 GLOBAL_SPREAD = 0.9 * np.pi  # points reaching this far (radians) from their centre cover the globe: no edge

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
-EARTH_RADIUS_KM = 6371.0
+from anemo_like.sphere import EARTH_RADIUS_KM, latlon_to_xyz
+
 _GOLDEN_ANGLE = np.pi * (3.0 - np.sqrt(5.0))
 
 
 def unit_vectors(latitudes: np.ndarray, longitudes: np.ndarray) -> np.ndarray:
     """(N,) degrees -> (N, 3) float64 points on the unit sphere."""
-    lat, lon = np.deg2rad(np.asarray(latitudes, dtype=np.float64)), np.deg2rad(np.asarray(longitudes, np.float64))
-    return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=-1)
+    return latlon_to_xyz(np.deg2rad(np.asarray(latitudes, np.float64)), np.deg2rad(np.asarray(longitudes, np.float64)))
 
 
 def chord_to_km(chord: np.ndarray | float) -> np.ndarray:

@@ -4,7 +4,7 @@ import numpy as np
 from scipy.spatial import SphericalVoronoi, cKDTree
 
 from anemo_like.graphs.icosahedron import icosahedron
-from anemo_like.graphs.sphere import arc_to_chord, great_circle_distance
+from anemo_like.sphere import arc_to_chord, great_circle_distance
 
 # Points whose unit vectors agree to this many decimals are one generator (e.g. a pole row).
 _DUPLICATE_DECIMALS = 9

@@ -27,8 +27,8 @@ from anemo_like.graphs.edges import (
 )
 from anemo_like.graphs.icosahedron import refined_icosahedron
 from anemo_like.graphs.ordering import hilbert_order
-from anemo_like.graphs.sphere import latlon_to_xyz, xyz_to_latlon
 from anemo_like.graphs.stretched import regional_mesh
+from anemo_like.sphere import latlon_to_xyz, xyz_to_latlon
 
 LOGGER = logging.getLogger(__name__)
 

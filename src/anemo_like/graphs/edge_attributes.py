@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from anemo_like.graphs.sphere import great_circle_distance, xyz_to_latlon
+from anemo_like.sphere import great_circle_distance, xyz_to_latlon
 
 
 def edge_directions(source_xyz: np.ndarray, destination_xyz: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from anemo_like.graphs.icosahedron import RefinedIcosahedron, triangle_edges
-from anemo_like.graphs.sphere import arc_to_chord, great_circle_distance
+from anemo_like.sphere import arc_to_chord, great_circle_distance
 
 # Chord search radius slack; candidates are then filtered on the exact great-circle distance.
 _SEARCH_SLACK = 1.0 + 1e-9

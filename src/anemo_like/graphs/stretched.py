@@ -13,7 +13,7 @@ from anemo_like.config.model_schema import LimitedAreaHidden, StretchedHidden, m
 from anemo_like.graphs.edges import sort_by_destination
 from anemo_like.graphs.icosahedron import RefinedIcosahedron, refined_icosahedron, triangle_edges
 from anemo_like.graphs.ordering import hilbert_order
-from anemo_like.graphs.sphere import EARTH_RADIUS_KM, arc_to_chord, great_circle_distance
+from anemo_like.sphere import EARTH_RADIUS_KM, arc_to_chord, great_circle_distance
 
 LOGGER = logging.getLogger(__name__)
 
