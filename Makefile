@@ -29,7 +29,7 @@ train: $(VENV)/.installed
 # the whole suite with torch's default threads, then the equivalence tests again with one thread: a tolerance
 # that holds for one thread count only fails here
 test: $(VENV)/.installed-test lint docs
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -m equivalence
 
 lint: $(VENV)/.installed-test

@@ -90,9 +90,8 @@ def test_boundary_values_are_the_forced_ones_exactly_and_drive_the_interior(lam)
     for name in PROGNOSTIC:
         wanted = to_boundary.apply(driver[name].values[0]).astype(np.float32)  # (L, forced points)
         np.testing.assert_array_equal(driven[name].values[0][:, forced], wanted)
-        first, second = (driven[name].values[0][k, ~forced] - truth[name].values[0][k, ~forced] for k in range(2))
-        assert not first.any()  # the first step's interior: the same initial state
-        assert np.abs(second).max() > 1e-6  # the second: fed another boundary
+        for k in range(2):  # each step reads the boundary of the state it predicts; the second is also fed one
+            assert np.abs(driven[name].values[0][k, ~forced] - truth[name].values[0][k, ~forced]).max() > 1e-6
 
 
 def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:

@@ -41,7 +41,9 @@ SETUPS = [
 ]
 
 
-def make_model(graph, processor: str, mapper_strategy: str, processor_strategy: str) -> ForecastModel:
+def make_model(
+    graph, processor: str, mapper_strategy: str, processor_strategy: str, layout: VariableLayout = LAYOUT
+) -> ForecastModel:
     torch.manual_seed(0)
     mapper = {"num_chunks": 2, "shard_strategy": mapper_strategy}
     config = ModelConfig.model_validate(
@@ -59,7 +61,7 @@ def make_model(graph, processor: str, mapper_strategy: str, processor_strategy: 
             },
         }
     )
-    model = ForecastModel(config=config, graph=graph, layout=LAYOUT, multistep=2)
+    model = ForecastModel(config=config, graph=graph, layout=layout, multistep=2)
     with torch.no_grad():  # trainable features start at zero: make them matter
         for name, p in model.named_parameters():
             if "trainable" in name:

@@ -3,12 +3,13 @@
 Stretched: a global grid with a denser regional box cut into it, on a mesh refined over the box. Limited area: the
 regional box alone on its own mesh, rolled out with a forced boundary strip. One gloo world runs every check: the
 forward output, the loss and every parameter gradient (``test_model_sharding.check_model``), and for the limited-area
-model a two-step rollout whose boundary points take the forced values on every rank.
+model a two-step rollout whose boundary points take the forced values on every rank (and which reads them).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def limited_area_graph():
 def check_forced_rollout(check: Checks, graph, groups, setup: tuple[str, str, str]) -> None:
     """A two-step rollout with the outer ring of the box forced: outputs and gradients equal one process's."""
     name = f"limited area P={groups.model_size} {'/'.join(setup)} forced rollout"
-    single = make_model(graph, *setup)
+    single = make_model(graph, *setup, layout=dataclasses.replace(LAYOUT, boundary_inputs=True))
     sharded = copy.deepcopy(single)
     parallelize(sharded, groups)
     grid = graph["data"].num_nodes

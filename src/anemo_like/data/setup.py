@@ -18,6 +18,7 @@ from anemo_like.config.schema import DataloaderConfig, RunConfig
 from anemo_like.data.climatology import mean_state
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.open_dataset import open_dataset
+from anemo_like.data.point_masks import BOUNDARY, point_mask
 from anemo_like.data.variables import VariableLayout, VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, open_anemoi_zarr, parse_frequency
@@ -224,8 +225,11 @@ def _with_statistics_of(normalizer: Normalizer, source: Normalizer, *, where: st
     return Normalizer(list(normalizer.names), offset, scale)
 
 
-def _variable_layout(config: RunConfig, roles: VariableRoles, normalizer: Normalizer) -> VariableLayout:
-    """The model's input/output variable layout, with the normalised zero of each ``model.relu_bounded`` output."""
+def _variable_layout(
+    config: RunConfig, roles: VariableRoles, normalizer: Normalizer, *, limited_area: bool
+) -> VariableLayout:
+    """The model's input/output variable layout, with the normalised zero of each ``model.relu_bounded`` output;
+    a ``limited_area`` model also reads the forced boundary values of the states it predicts."""
     floors = {}
     for name in config.model.relu_bounded:
         i = roles.read.index(name)
@@ -236,6 +240,7 @@ def _variable_layout(config: RunConfig, roles: VariableRoles, normalizer: Normal
         prognostic_input=list(range(len(roles.prognostic))),
         prognostic_output=list(range(len(roles.prognostic))),
         relu_floor=floors,
+        boundary_inputs=limited_area,
     )
 
 
@@ -354,7 +359,7 @@ def setup_data(
     normalizer = _read_normalizer(config, store, roles)
     if statistics is not None:
         normalizer = _with_statistics_of(normalizer, statistics[1], where=statistics[0])
-    layout = _variable_layout(config, roles, normalizer)
+    layout = _variable_layout(config, roles, normalizer, limited_area=point_mask(store, BOUNDARY) is not None)
     shared = {"stride": stride, "roles": roles, "normalizer": normalizer}
     train = _split_windows(config, store, "train", rollout=config.training.rollout.max, **shared)
     val = _split_windows(config, val_store, "val", rollout=config.training.val_rollout, **shared)

@@ -63,3 +63,4 @@ class VariableLayout:
     prognostic_input: list[int]  # input positions of the prognostic variables ...
     prognostic_output: list[int]  # ... and their output positions, in the same order
     relu_floor: dict[int, float]  # output position -> normalised value of physical zero
+    boundary_inputs: bool = False  # a limited-area model: it also reads the forced values of the states it predicts

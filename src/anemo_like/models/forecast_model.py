@@ -38,6 +38,9 @@ class ForecastModel(nn.Module):
     state is added to the prognostic outputs (of every one of the K states), so the network predicts the change of
     prognostic variables since the last input state and the value of diagnostic ones.
 
+    A limited-area model (``layout.boundary_inputs``) also reads, at every grid point, the forced prognostic values of
+    the K states it predicts (zero in the interior) and the boundary mask: it knows what flows in while it steps.
+
     Sharded over a model group (:func:`anemo_like.distributed.parallelize.shard_model`), every rank takes the
     whole input, computes its blocks of hidden and grid nodes, and returns the whole output (gathered).
     """
@@ -58,7 +61,8 @@ class ForecastModel(nn.Module):
         self.latent_skip = config.latent_skip
         self.data_features = NodeFeatures(latlon_rad=graph["data"].x, trainable_size=config.trainable.nodes)
         self.hidden_features = NodeFeatures(latlon_rad=graph["hidden"].x, trainable_size=config.trainable.nodes)
-        data_in = multistep * layout.num_input + self.data_features.num_features
+        self.boundary_channels = output_steps * len(layout.prognostic_output) + 1 if layout.boundary_inputs else 0
+        data_in = multistep * layout.num_input + self.boundary_channels + self.data_features.num_features
         self.encoder = GraphTransformerMapper.from_config(
             config=config,
             section=config.encoder,
@@ -113,13 +117,16 @@ class ForecastModel(nn.Module):
             raise ValueError(f"the processor noise has shape {tuple(noise.shape)}, the model reads {shape}")
         return self.noise_embedding(noise[:, slice(*self.shard.block(self.num_hidden))].to(like.dtype))
 
-    def forward(self, x: Tensor, noise: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, noise: Tensor | None = None, boundary: Tensor | None = None) -> Tensor:
         """x: (B, T, G, V_in) normalised -> (B, G, V_out), or (B, K, G, V_out) for K = ``output_steps`` > 1,
         normalised, in x's dtype (also under autocast: the network's output, in the autocast dtype, is added to the
         last state in full precision). ``noise`` (B, N_hidden, D), standard normal: the processor noise of an
-        ensemble model (``model.noise``; ignored by a deterministic one)."""
+        ensemble model (``model.noise``; ignored by a deterministic one). ``boundary`` (B, G, K * V_prognostic + 1):
+        a limited-area model's forced values of the predicted states and the boundary mask
+        (:func:`~anemo_like.models.rollout.boundary_inputs`); required by it, refused by any other model."""
         batch, _, grid, _ = x.shape
-        x_data = torch.cat([x.transpose(1, 2).reshape(batch, grid, -1), self.data_features(batch)], dim=-1)
+        known = [x.transpose(1, 2).reshape(batch, grid, -1), *self._boundary(boundary, x), self.data_features(batch)]
+        x_data = torch.cat(known, dim=-1)
         hidden = self.hidden_features(batch)
         latent = self.encoder(x_data, hidden[:, slice(*self.shard.block(hidden.shape[1]))])
         cond = self._noise_conditioning(noise, batch, x)
@@ -136,3 +143,16 @@ class ForecastModel(nn.Module):
         if self.output_floor is not None:
             out = torch.maximum(out, self.output_floor.to(out.dtype))
         return out
+
+    def _boundary(self, boundary: Tensor | None, x: Tensor) -> list[Tensor]:
+        """``boundary`` in x's dtype as a list of the extra input blocks (empty for a model that reads none)."""
+        if (boundary is None) != (self.boundary_channels == 0):
+            raise ValueError(
+                f"this model reads {self.boundary_channels} boundary channels, got "
+                f"{'none' if boundary is None else tuple(boundary.shape)}: a limited-area model needs boundary="
+            )
+        if boundary is None:
+            return []
+        if boundary.shape[-1] != self.boundary_channels:
+            raise ValueError(f"boundary has {boundary.shape[-1]} channels, the model reads {self.boundary_channels}")
+        return [boundary.to(x.dtype)]

@@ -57,7 +57,8 @@ def rollout(
     V)) of the times each step reads, so no rank holds the whole batch. ``noise(i)`` gives the processor noise of
     the i-th forward pass (ensemble models, :meth:`ForecastModel.forward`). With ``spec.forced`` the prognostic
     variables at the forced points of every predicted state are the sample's values of its time, before they are
-    yielded and fed back (a limited-area model's boundary).
+    yielded and fed back (a limited-area model's boundary), and each forward pass reads them
+    (:func:`boundary_inputs`).
     """
     inputs = torch.as_tensor(spec.input_positions, device=batch.device)
     outputs = torch.as_tensor(spec.output_positions, device=batch.device)
@@ -69,20 +70,30 @@ def rollout(
     x = times(0, spec.multistep).index_select(-1, inputs)
     done = passes = 0
     while done < steps:
-        output = model(x) if noise is None else model(x, noise(passes))
+        first = spec.multistep + done
+        samples = list(times(first, first + min(spec.output_steps, steps - done)).unbind(1))
+        targets = [sample.index_select(-1, outputs) for sample in samples]
+        known = {} if spec.forced is None else {"boundary": boundary_inputs(targets, spec)}
+        output = model(x, **known) if noise is None else model(x, noise(passes), **known)
         passes += 1
         states = output.unsqueeze(1) if spec.output_steps == 1 else output  # (B, K, G, V_out)
-        samples = []
-        for k in range(min(spec.output_steps, steps - done)):
-            time = spec.multistep + done + k
-            samples.append(times(time, time + 1)[:, 0])
-            target = samples[-1].index_select(-1, outputs)
+        for k, target in enumerate(targets):
             if spec.forced is not None:
                 states = _force(states, k, target, spec)
             yield states[:, k], target
         done += len(samples)
         if done < steps:
             x = _next_inputs(x, states, samples, spec, inputs)
+
+
+def boundary_inputs(targets: list[Tensor], spec: ForecastSpec) -> Tensor:
+    """A limited-area model's extra inputs (B, G, K * V_prognostic + 1): the prognostic values of the K states one
+    forward pass predicts, at ``spec.forced`` points (zero elsewhere, and for a state past the batch's last time),
+    then the boundary mask. ``targets``: up to K of (B, G, V_out)."""
+    forced = spec.forced[:, None]  # (G, 1); a forecast's interior beyond its initial time is unknown (NaN)
+    values = [torch.where(forced, target[..., : spec.num_prognostic], 0.0) for target in targets]
+    values += [torch.zeros_like(values[0])] * (spec.output_steps - len(values))
+    return torch.cat([*values, forced.to(values[0].dtype).expand_as(values[0][..., :1])], dim=-1)
 
 
 def _force(states: Tensor, k: int, target: Tensor, spec: ForecastSpec) -> Tensor:
