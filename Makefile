@@ -26,11 +26,12 @@ $(VENV)/.installed-test: $(VENV)/.installed
 train: $(VENV)/.installed
 	$(VENV)/bin/anemo-train --config-name=quickstart hydra.run.dir=$(RUN_DIR)
 
-# the whole suite with torch's default threads, then the equivalence tests again with one thread: a tolerance
-# that holds for one thread count only fails here
+# the whole suite in two pytest-xdist workers (one per core, a test file each at a time) with one torch thread
+# each, then the equivalence tests again alone with torch's default threads: a tolerance that holds for one thread
+# count only fails here
 test: $(VENV)/.installed-test lint docs
-	$(VENV)/bin/python -m pytest -q --durations=25
-	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -m equivalence
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(VENV)/bin/python -m pytest -q -m equivalence
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests benchmarks docs
