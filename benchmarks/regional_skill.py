@@ -106,26 +106,33 @@ def budgeted_steps(config: str, root: Path, args: argparse.Namespace) -> tuple[i
 
 
 def budgeted_run(key: str, root: Path, args: argparse.Namespace) -> dict:
-    """Model ``key``'s run at the calibrated steps. The machine's speed drifts (by up to ~15 % here), so a
-    run more than BUDGET_TOLERANCE off the budget is run again with its steps set by its own cost per step; the
-    forecasts of a run made again are made again too."""
+    """Model ``key``'s run at the calibrated steps. The machine's speed drifts (by up to ~15 % here), so a run more
+    than BUDGET_TOLERANCE off the budget is kept as ``KEY-first`` and run again once, with its steps set by its own
+    cost per step (``--reuse`` takes both records)."""
     steps, calibration = budgeted_steps(MODELS[key], root, args)
-    measured = train(MODELS[key], root / key, args, steps)
-    if abs(measured["cpu_s"] / args.cpu_seconds - 1.0) > BUDGET_TOLERANCE:
-        fixed, ran = calibration["fixed_cpu_s"], measured["steps"]
-        steps = max(1, int((args.cpu_seconds - fixed) * ran / (measured["cpu_s"] - fixed)))
-        shutil.rmtree(root / key)
-        if key == "a":
-            (root / "c" / "d.nc").unlink(missing_ok=True)  # (d) is driven by (a)'s forecast
-        calibration["first_run"] = measured
+    first = root / f"{key}-first"
+    if not args.reuse:
+        shutil.rmtree(first, ignore_errors=True)
+    if not first.is_dir():
         measured = train(MODELS[key], root / key, args, steps)
-    return measured | calibration
+        if abs(measured["cpu_s"] / args.cpu_seconds - 1.0) <= BUDGET_TOLERANCE:
+            return measured | calibration
+        (root / key).rename(first)
+    measured = json.loads((first / "run.json").read_text())
+    fixed = calibration["fixed_cpu_s"]
+    steps = max(1, int((args.cpu_seconds - fixed) * measured["steps"] / (measured["cpu_s"] - fixed)))
+    return train(MODELS[key], root / key, args, steps) | calibration | {"first_run": measured}
 
 
-def forecast(run_dir: Path, name: str, dates: list[str], args: argparse.Namespace, extra: list[str]) -> Path:
-    """``anemo-infer`` of the run's inference.pt: 24 h from ``dates``; the forecast file."""
+def forecast(
+    run_dir: Path, name: str, dates: list[str], args: argparse.Namespace, boundary: Path | None = None
+) -> Path:
+    """``anemo-infer`` of the run's inference.pt: 24 h from ``dates``, its limited-area boundary from the forecast
+    file ``boundary`` if given; the forecast file. With ``--reuse``, a file newer than its inputs is kept."""
     output = run_dir / f"{name}.nc"
-    if not (args.reuse and output.is_file()):
+    inputs = [run_dir / "inference.pt", *([boundary] if boundary else [])]
+    fresh = output.is_file() and output.stat().st_mtime > max(path.stat().st_mtime for path in inputs)
+    if not (args.reuse and fresh):
         command = [
             str(Path(sys.executable).with_name("anemo-infer")),
             f"checkpoint={run_dir / 'inference.pt'}",
@@ -134,7 +141,7 @@ def forecast(run_dir: Path, name: str, dates: list[str], args: argparse.Namespac
             f"output={output}",
             f"num_threads={args.threads}",
             f"hydra.run.dir={run_dir / 'infer'}",
-            *extra,
+            *([f"boundary={boundary}"] if boundary else []),
         ]
         run(command, run_dir / f"{name}.log", args.env)
     return output
@@ -160,8 +167,9 @@ def interpolation_floor(coarse, init: np.ndarray, to_region, truth_of: dict, wei
     """RMSE per variable and lead of the ``coarse`` store's own values at the valid times, interpolated to the
     scored points: the error of a forecast that is perfect on the coarse grid."""
     table = {}
-    for name in SCORED:
-        series = coarse.read(slice(None), coarse.variable_indices([name]))[:, 0]  # (T, G) physical units
+    values = coarse.read(slice(None), coarse.variable_indices(list(SCORED)))  # (T, V, G) physical units
+    for index, name in enumerate(SCORED):
+        series = values[:, index]
         for lead, step in LEADS.items():
             table[f"{name}_{lead}"] = round(
                 rmse(to_region.apply(series[init + step]), truth_of[name][lead], weights), 5
@@ -191,15 +199,15 @@ def main() -> None:
     every = int(np.timedelta64(int(args.every[:-1]), args.every[-1]) // np.timedelta64(truth_store.frequency))
     init = np.arange(first, stop - 4, every)
     dates = [str(truth_store.dates[i])[:13] for i in init]
-    series = {name: truth_store.read(slice(None), truth_store.variable_indices([name]))[:, 0] for name in SCORED}
+    series = truth_store.read(slice(None), truth_store.variable_indices(list(SCORED)))  # (T, V, G)
     truth_of = {
-        name: {lead: values[init + step][:, interior] for lead, step in LEADS.items()}
-        for name, values in series.items()
+        name: {lead: series[init + step, index][:, interior] for lead, step in LEADS.items()}
+        for index, name in enumerate(SCORED)
     }
     lat, lon = truth_store.latitudes[interior], truth_store.longitudes[interior]
     weights = np.cos(np.deg2rad(lat))
-    files = {key: forecast(root / key, key, dates, args, []) for key in MODELS}
-    files["d"] = forecast(root / "c", "d", dates, args, [f"boundary={files['a']}"])
+    files = {key: forecast(root / key, key, dates, args) for key in MODELS}
+    files["d"] = forecast(root / "c", "d", dates, args, boundary=files["a"])
     opened = {key: xr.open_dataset(path) for key, path in files.items()}
     coarse = opened["a"]
     to_region = spherical_interpolator(coarse["latitude"].values, coarse["longitude"].values, lat, lon)
