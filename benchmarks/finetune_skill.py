@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-from skill import REFERENCE_RMSE, anemo_train_command, final_scores
+from skill import REFERENCE_RMSE, final_scores, train_stage
 
 PRETRAIN = ["training.max_steps=900", "training.optimizer.lr_min=1e-3"]  # hs_t21_finetune.yaml's pretraining
 SCORED = list(REFERENCE_RMSE)  # z_500, t_850, u_250, v_500, sp
@@ -34,22 +31,13 @@ LEADS = ("6h", "1d")
 
 
 def run_command(config: str, run_dir: Path, args: argparse.Namespace, extra: list[str]) -> dict:
-    """``anemo-train --config-name=CONFIG`` into ``run_dir``; its wall and CPU seconds (the process and the
-    children it waited for, e.g. loader workers)."""
+    """``anemo-train --config-name=CONFIG`` into ``run_dir`` with ``--threads`` threads and no time limit; its wall
+    and CPU seconds, also kept in ``run_dir/run.json`` for ``--reuse``."""
     record = run_dir / "run.json"
     if args.reuse and record.is_file():
         return json.loads(record.read_text())
-    run_dir.mkdir(parents=True)
     threads = [f"system.hardware.num_threads={args.threads}", "training.max_minutes=null"]
-    command = anemo_train_command(config, args.dataset, run_dir, [*threads, *extra])
-    env = os.environ | {"ANEMO_LIKE_CACHE": str(run_dir / "cache")}
-    started = time.perf_counter()
-    with (run_dir / "stdout.log").open("w") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed: see {run_dir / 'stdout.log'}")
-    measured = {"wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime}
+    measured = train_stage(config, args.dataset, run_dir, run_dir / "cache", [*threads, *extra])
     record.write_text(json.dumps(measured))
     return measured
 

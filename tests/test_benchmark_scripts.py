@@ -135,20 +135,28 @@ def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
 
 def test_ensemble_skill_reads_verification_files_and_checks_each_target(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from ensemble_skill import LEADS, SCORED, table, targets
+    from ensemble_skill import LEADS, SCORED, mean_rmse_ratios, table, targets
+
+    every_lead = [*LEADS, "6h", "2d"]
 
     def stage(**scores: float) -> dict:
-        return {"scores": {"scores": {v: {lead: dict(scores) for lead in LEADS} for v in SCORED}}}
+        by_lead = {v: {lead: dict(scores) for lead in every_lead} for v in SCORED}
+        return {"scores": {"leads": every_lead, "scores": by_lead}}
 
     deterministic = stage(rmse=2.0, mae=1.6)
-    rows = table(deterministic, stage(crps=1.0, ens_rmse=2.0, spread=1.9, ssr=0.95))
+    good = stage(crps=1.0, ens_rmse=2.0, spread=1.9, ssr=0.95)
+    rows = table(deterministic, good)
     assert rows["z_500"]["1d"] == {
         "det_rmse": 2.0, "det_mae": 1.6, "crps": 1.0, "ens_rmse": 2.0, "spread": 1.9, "ssr": 0.95
     }  # fmt: skip
-    assert all(targets(rows, wall_s=60.0).values())
-    assert not targets(rows, wall_s=91 * 60.0)["within_90_minutes"]
-    failing = targets(table(deterministic, stage(crps=1.4, ens_rmse=2.2, spread=1.0, ssr=0.5)), wall_s=60.0)
+    worst = mean_rmse_ratios(deterministic, good)
+    assert worst == dict.fromkeys(SCORED, 1.0) and all(targets(rows, worst, wall_s=60.0).values())
+    assert not targets(rows, worst, wall_s=91 * 60.0)["within_90_minutes"]
+    bad = stage(crps=1.05, ens_rmse=2.2, spread=1.0, ssr=0.84)
+    failing = targets(table(deterministic, bad), mean_rmse_ratios(deterministic, bad), wall_s=60.0)
     assert not any(failing[key] for key in failing if key != "within_90_minutes")
+    good["scores"]["scores"]["sp"]["2d"]["ens_rmse"] = 2.01  # one lead outside the table is enough
+    assert mean_rmse_ratios(deterministic, good)["sp"] == 1.005
 
 
 def test_host_overhead_counts_ops_per_step_and_per_layer() -> None:

@@ -15,7 +15,9 @@ from pydantic import BaseModel
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 
-CONFIG_NAMES = ["quickstart", "hs_t21", "hs_t21_cpu", "regional_global", "regional_stretched", "regional_lam"]
+CONFIG_NAMES = [
+    "quickstart", "hs_t21", "hs_t21_cpu", "hs_t21_day", "regional_global", "regional_stretched", "regional_lam"
+]  # fmt: skip
 
 
 def composed(name: str, overrides: list[str] | None = None) -> dict:
@@ -68,6 +70,9 @@ def test_cross_field_rules() -> None:
         validate_config(raw)
     raw = composed("quickstart", ["+training.variable_loss_weights.sp=-1"])
     with pytest.raises(ConfigError, match="weights must be >= 0"):
+        validate_config(raw)
+    raw = composed("quickstart", ["training.lead_loss_weights=[1.0,0]"])
+    with pytest.raises(ConfigError, match=r"training\.lead_loss_weights.*every weight must be > 0, got \[1\.0, 0\.0\]"):
         validate_config(raw)
     raw = composed("quickstart", ["data.variables.forcing=[z_500]", "data.variables.prognostic=[z_500]"])
     with pytest.raises(ConfigError, match="'z_500' is listed as both prognostic and forcing"):

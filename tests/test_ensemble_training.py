@@ -66,6 +66,31 @@ def test_the_deterministic_rollout_loss_is_the_plain_sum() -> None:
     assert torch.equal(actual, expected)
 
 
+@pytest.mark.parametrize("members", [None, 2])
+def test_lead_weights_make_the_rollout_loss_a_weighted_mean_of_the_leads(members) -> None:
+    net, batch = model(None if members is None else 4), torch.randn(1, 5, GRAPH["data"].num_nodes, 5)
+    if members is None:
+        ensemble, loss_fn = (
+            None,
+            WeightedLoss(area_weight=torch.rand(batch.shape[2]) + 0.5, variable_weight=torch.ones(4)),
+        )
+    else:  # (B, M, G, V) members against (B, G, V)
+        ensemble = EnsembleMembers.of(members=members, group=None, rank=0, size=1, seed=3)
+        loss_fn = lambda members, target: (members - target.unsqueeze(1)).abs().mean()  # noqa: E731
+
+    def loss(weights: list[float]) -> torch.Tensor:
+        return rollout_loss(
+            net, batch, spec=SPEC, loss_fn=loss_fn, steps=3, ensemble=ensemble, step=0, lead_weights=weights
+        )
+
+    plain, equal, tilted = loss([]), loss([2.0]), loss([3.0, 1.0])  # [3, 1] weighs leads 3 : 1 : 1
+    with torch.no_grad():
+        singles = [loss([1.0 if k == lead else 1e-30 for k in range(3)]) for lead in range(3)]
+    torch.testing.assert_close(equal, plain, rtol=1e-6, atol=0)
+    torch.testing.assert_close(tilted, (3 * singles[0] + singles[1] + singles[2]) / 5, rtol=1e-5, atol=0)
+    assert not torch.isclose(tilted, plain, rtol=1e-3)
+
+
 @pytest.mark.parametrize("processor", ["graphtransformer", "transformer"])
 def test_an_untrained_noise_conditioning_keeps_the_deterministic_forecast(processor) -> None:
     deterministic, stochastic = model(None, processor), model(4, processor)

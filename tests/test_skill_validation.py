@@ -158,36 +158,58 @@ def test_training_writes_rmse_by_lead_plot_and_climatology_column(tmp_path, comp
     assert np.all(outputs.validation.climatology_rmse[0] > outputs.validation.persistence_rmse[0])
 
 
-def test_skill_benchmark_prints_one_json_line_with_both_runs(tmp_path, builtin_path) -> None:
+def test_skill_benchmark_prints_one_json_line_with_both_runs_of_the_two_stage_recipe(tmp_path, builtin_path) -> None:
+    tiny = [
+        "graph.mesh_resolution=1",
+        "model.num_channels=16",
+        "model.processor.num_layers=1",
+        "model.processor.num_chunks=1",
+        "dataloader.limit_batches.val=1",
+        "diagnostics.plots=false",
+    ]
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"config": "hs_t21_cpu", "pretrain": None, "runs": [{"cpu_s": 1e6}]}))
     command = [
         sys.executable,
         str(SKILL_SCRIPT),
         f"--dataset={builtin_path}",
         "--config=quickstart",
+        "--pretrain=quickstart",
+        *[f"--pretrain-set={override}" for override in [*tiny, "training.max_steps=3"]],
+        f"--baseline={baseline}",
         "--runs=2",
         f"--output={tmp_path}",
         "--",
+        *tiny,
         "training.max_steps=2",
-        "graph.mesh_resolution=1",
-        "model.num_channels=16",
-        "model.processor.num_layers=1",
-        "model.processor.num_chunks=1",
         "training.val_rollout=4",
-        "dataloader.limit_batches.val=1",
-        "diagnostics.plots=false",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
-    assert [run["steps"] for run in result["runs"]] == [2, 2]
-    assert all(run["wall_s"] > 0 for run in result["runs"])
-    assert (tmp_path / "run1" / "cache" / "graphs").is_dir()  # each run built its own graph
+    assert [run["steps"] for run in result["runs"]] == [2, 2]  # the second stage's
+    assert all(run["wall_s"] > 0 and run["cpu_s"] > 0 for run in result["runs"])
+    for run in ("run0", "run1"):  # each run built its own graph, then fine-tuned from its own first stage
+        assert (tmp_path / run / "cache" / "graphs").is_dir()
+        log = (tmp_path / run / "finetune" / "stdout.log").read_text()
+        assert f"training.init_from: weights of {tmp_path / run / 'pretrain' / 'inference.pt'}" in log
     assert set(result["runs"][0]["rmse"]) == {"z_500_6h", "z_500_1d", "t_850_6h", "t_850_1d", "u_250_6h"} | {
         "u_250_1d",
         "sp_6h",
         "sp_1d",
     }
     assert result["max_relative_spread"] < 0.02  # same config and seed
-    assert result["meets_skill_target"] is False  # 2 steps, and the built-in data has no v_500
+    assert result["hs_t21_cpu_cpu_s"] == 1e6 and result["meets_cpu_limit"] is True  # the limit scales with it
+    assert result["meets_skill_target"] is False  # 5 steps, and the built-in data has no v_500
+    assert result["meets_time_to_skill"] is False
+
+
+def test_skill_benchmark_refuses_a_baseline_of_another_config(tmp_path, builtin_path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"config": "quickstart", "pretrain": None, "runs": [{"cpu_s": 10}]}))
+    command = [sys.executable, str(SKILL_SCRIPT), f"--dataset={builtin_path}", f"--baseline={baseline}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and f"--baseline {baseline}: expected" in done.stderr
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("run*"))

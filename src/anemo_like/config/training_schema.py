@@ -94,6 +94,11 @@ class TrainingConfig(Strict):
     multistep_input: int = Field(2, ge=1)
     multistep_output: int = Field(1, ge=1, description="future states the decoder predicts per forward pass")
     rollout: RolloutConfig = RolloutConfig()
+    lead_loss_weights: list[float] = Field(
+        default_factory=list,
+        description="weight of each lead's loss in the rollout loss (lead k, from 1: entry min(k, len)); the loss is "
+        "the weighted mean over leads; empty: all leads equal",
+    )
     val_rollout: int = Field(1, ge=1, description="autoregressive steps scored at validation")
     val_climatology_dates: int = Field(
         365, ge=0, description="training dates (evenly spaced) averaged into the climatology baseline; 0: none"
@@ -111,6 +116,13 @@ class TrainingConfig(Strict):
     )
     optimizer: OptimizerConfig = OptimizerConfig()
     variable_loss_weights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("lead_loss_weights")
+    @classmethod
+    def _lead_weights_usable(cls, weights: list[float]) -> list[float]:
+        if any(w <= 0 for w in weights):
+            raise ValueError(f"every weight must be > 0, got {weights}")
+        return weights
 
     @field_validator("variable_loss_weights")
     @classmethod

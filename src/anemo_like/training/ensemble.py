@@ -16,7 +16,7 @@ member is scored against member 0's states.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,17 +128,32 @@ def rollout_loss(
     steps: int,
     ensemble: EnsembleMembers | None,
     step: int,
+    lead_weights: Sequence[float] = (),
 ) -> Tensor:
     """The training loss of one batch (B, T, G, V): the mean over ``steps`` rollout steps of ``loss_fn``, of each
-    prediction (deterministic) or of every member of the ensemble (``ensemble``; noise of training ``step``)."""
+    prediction (deterministic) or of every member of the ensemble (``ensemble``; noise of training ``step``).
+    ``lead_weights`` (``training.lead_loss_weights``) make it the weighted mean, lead k (1-based) weighted by
+    ``lead_weights[min(k, len) - 1]``; empty: the plain mean."""
+    weights = lead_fractions(lead_weights, steps)
     loss = torch.zeros((), device=batch.device)
     if ensemble is None:
-        for prediction, target in rollout(model, batch, spec, steps=steps):
-            loss = loss + loss_fn(prediction.float(), target.float()) / steps
+        for weight, (prediction, target) in zip(weights, rollout(model, batch, spec, steps=steps), strict=True):
+            loss = loss + weight(loss_fn(prediction.float(), target.float()))
         return loss
     shape = model.noise_shape(batch.shape[0])
     noise = ensemble.noise(shape, stream=TRAIN_STREAM, step=step, device=batch.device)
     rows = ensemble.expand(batch, spec.multistep)
-    for prediction, target in rollout(model, rows, spec, steps=steps, noise=noise):
-        loss = loss + loss_fn(ensemble.gather(prediction.float()), ensemble.target(target.float())) / steps
+    pairs = rollout(model, rows, spec, steps=steps, noise=noise)
+    for weight, (prediction, target) in zip(weights, pairs, strict=True):
+        loss = loss + weight(loss_fn(ensemble.gather(prediction.float()), ensemble.target(target.float())))
     return loss
+
+
+def lead_fractions(lead_weights: Sequence[float], steps: int) -> list[Callable[[Tensor], Tensor]]:
+    """For each of ``steps`` leads, the map from its loss to its share of the rollout loss: loss / steps with no
+    ``lead_weights`` (the plain mean), else loss * w_k / sum(w) with w_k = ``lead_weights[min(k, len) - 1]``."""
+    if not lead_weights:
+        return [lambda loss: loss / steps] * steps
+    weights = [lead_weights[min(k, len(lead_weights)) - 1] for k in range(1, steps + 1)]
+    total = sum(weights)
+    return [lambda loss, share=w / total: loss * share for w in weights]

@@ -193,7 +193,7 @@ class Trainer:
         with self.precision.autocast():
             loss = rollout_loss(
                 self.model, batch, spec=self.run.spec, loss_fn=self.run.loss_fn, steps=steps,
-                ensemble=self.run.ensemble, step=self.step,
+                ensemble=self.run.ensemble, step=self.step, lead_weights=cfg.lead_loss_weights,
             )  # fmt: skip
         self.clock.switch("decoder backward")
         (loss if scaler is None else scaler.scale(loss)).backward()
