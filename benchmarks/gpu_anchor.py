@@ -78,7 +78,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     model, data_indices = build_model(args, graph)
-    model.to(device).train()
+    infer = args.mode == "infer"
+    model.to(device).train(not infer)
     t_model = time.perf_counter() - t0
     n_params = sum(p.numel() for p in model.parameters())
 
@@ -90,23 +91,28 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     x = {"data": torch.randn(args.batch, args.multistep, 1, grid, nv_in, generator=gen).to(device)}
     y = torch.randn(args.batch, args.n_step_output, 1, grid, nv_out, generator=gen).to(device)
     autocast_dtype = torch.bfloat16 if args.precision == "bf16-mixed" else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" and not infer else None
 
     def step() -> tuple[float, float, float]:
-        """One forward + backward; returns (forward s, backward s, loss)."""
+        """One forward + backward (forward only without gradients in ``--mode infer``); returns (forward s,
+        backward s, loss)."""
         if cuda:
             events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
             events[0].record()
         else:
             ta = time.perf_counter()
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        with (
+            torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None),
+            torch.set_grad_enabled(not infer),
+        ):
             out = model(x)["data"]
             loss = torch.nn.functional.mse_loss(out.float(), y)
         if cuda:
             events[1].record()
         else:
             tb = time.perf_counter()
-        loss.backward()
+        if not infer:
+            loss.backward()
         if optimizer is not None:
             optimizer.step()
         if cuda:
@@ -226,6 +232,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--graph", default="", help="graph file (default: GRAPHS_DIR/CASE.pt)")
     g.add_argument("--device", default="cuda")
     g.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
+    g.add_argument("--mode", choices=["train", "infer"], default="train", help="infer: eval-mode forward, no gradients")
     g.add_argument("--backend", choices=["triton", "pyg"], default="triton", help="GraphTransformer attention backend")
     g.add_argument("--tf32", action="store_true", help="allow TF32 matmuls in fp32 (default off: strict fp32)")
     g.add_argument("--warmup", type=int, default=5)

@@ -13,8 +13,9 @@ Writes ``gpu_report.md`` and ``gpu_report.json`` (plus ``gpu_tests.xml``, pytest
 - targets: our R bf16-mixed against the anchor's, Triton against torch graph attention (computed, not asserted);
 - train, bench, profile: ``anemo-train``, ``anemo-bench`` and ``anemo-profile --doctor`` on the built-in dataset.
 
-Sections past ``--budget-s`` seconds are skipped with a note. ``--device cpu --quick`` is a dry run at tiny sizes
-(tests/test_gpu_check.py runs it), so the kit cannot rot between GPU runs. docs/gpu.md explains every line.
+Sections past ``--budget-s`` seconds, or left out of ``--sections``, are skipped with a note. ``--device cpu
+--quick`` is a dry run at tiny sizes (tests/test_gpu_check.py runs it), so the kit cannot rot between GPU runs.
+docs/gpu.md explains every line.
 
     python3 benchmarks/gpu_check.py --out /tmp/gpu            # wheels from .gpu-wheels/ when the folder exists
 """
@@ -105,9 +106,11 @@ def junit_results(path: Path) -> list[dict]:
 
 
 def tests(kit: Kit, section: Section) -> None:
-    """``pytest -m gpu tests/test_gpu.py`` with a junit report in the output folder."""
+    """``pytest -m gpu tests/test_gpu.py`` (only ``--tests-k``'s when given) with a junit report in the output
+    folder."""
     junit = kit.args.out / JUNIT
     command = [kit.python, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider"]
+    command += ["-k", kit.args.tests_k] if kit.args.tests_k else []
     code, out, err = kit.run([*command, f"--junitxml={junit}"], 220)
     if not junit.exists():
         section.fail(f"pytest wrote no junit report (exit {code})", (out + err)[-4000:])
@@ -236,7 +239,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a new temporary one)")
     p.add_argument("--cache", type=Path, default=None, help="built-in dataset and graph cache (default: WORK/cache)")
+    names = [name for name, _ in SECTIONS]
+    p.add_argument(
+        "--sections",
+        type=lambda text: text.split(","),
+        default=names,
+        help=f"comma-separated sections to run, in the kit's order (default: all: {','.join(names)})",
+    )
+    p.add_argument("--tests-k", default="", help="pytest -k expression: run only these GPU tests (default: all)")
     args = p.parse_args(argv)
+    unknown = sorted(set(args.sections) - set(names))
+    if unknown:
+        p.error(f"--sections: unknown {', '.join(unknown)}; expected some of {', '.join(names)}")
     if args.out is None:
         p.error("--out is required when $OUT is not set")
     return args
@@ -259,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in SECTIONS:
         section = sections[name]
         start = time.monotonic()
+        if name not in args.sections:
+            section.skip("not asked for (--sections)")
+            continue
         if budget.left() < 10:
             section.skip(f"skipped: the {args.budget_s:.0f} s budget is spent")
             continue

@@ -52,3 +52,25 @@ def test_cpu_dry_run_writes_every_section(tmp_path, cache_dir) -> None:
     assert sections["train"]["data"]["samples_per_s"] > 0 and sections["bench"]["data"]["full_samples_per_s"] > 0
     assert sections["environment"]["data"]["cuda_available"] is False
     assert "Doctor" in sections["profile"]["data"]["doctor"]
+
+
+def test_sections_and_tests_k_choose_what_runs(tmp_path) -> None:
+    """``--sections`` runs only the sections named (the others say they were not asked for) and ``--tests-k``
+    passes its expression to pytest; an unknown section is refused by name."""
+    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", "cpu", "--quick", "--wheels", ""]
+    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    done = subprocess.run(
+        [*command, "--sections", "environment,tests", "--tests-k", "cuda_graph_training_step"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sections = {s["name"]: s for s in json.loads((tmp_path / "out" / "gpu_report.json").read_text())["sections"]}
+    assert sections["environment"]["status"] == "pass"
+    assert sections["tests"]["data"]["counts"] == {"passed": 0, "failed": 0, "error": 0, "skipped": 1}
+    for name in ("step_time", "anchor", "attention", "train", "bench", "profile", "step_time_more"):
+        assert sections[name]["status"] == "skip" and "not asked for" in sections[name]["note"], sections[name]
+    refused = subprocess.run([*command, "--sections", "step_time,warp"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--sections: unknown warp" in refused.stderr
+    assert "Traceback" not in refused.stderr
