@@ -16,7 +16,8 @@ from anemo_like.config import ConfigError, RunConfig, config_dir, validate_confi
 from anemo_like.config.validate import check_override_keys
 
 CONFIG_NAMES = [
-    "quickstart", "hs_t21", "hs_t21_cpu", "hs_t21_day", "regional_global", "regional_stretched", "regional_lam"
+    "quickstart", "hs_t21", "hs_t21_cpu", "hs_t21_day", "hs_t21_full", "regional_global", "regional_stretched",
+    "regional_lam",
 ]  # fmt: skip
 
 
