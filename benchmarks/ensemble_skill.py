@@ -1,10 +1,10 @@
 """Ensemble skill on the Held-Suarez data against the deterministic model it starts from; ONE JSON line.
 
     python benchmarks/ensemble_skill.py --dataset ../shared/data/hs-t21-seed1-1y.zarr [--output DIR] [--threads 2]
-        [--members 8] [--every 12h] [--deterministic hs_t21_cpu] [--ensemble hs_t21_ens] [--reuse]
+        [--members 8] [--every 12h] [--deterministic hs_t21_day] [--ensemble hs_t21_ens_day] [--reuse]
         [-- key=value ...]
 
-The pipeline is the documented one (``training/config/hs_t21_ens.yaml``'s header): ``--deterministic``, then
+The pipeline is the documented one (``training/config/hs_t21_ens_day.yaml``'s header): ``--deterministic``, then
 ``--ensemble`` from its ``inference.pt`` (overrides after ``--`` go to this run), each a fresh process with
 ``--threads`` threads. Both models then forecast 120 h with ``anemo-infer verify=true`` from the same initial dates
 of the held-out months (November and December, every ``--every``; the ensemble with ``--members`` members, seed
@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=8, help="members of the verified ensemble forecasts")
     parser.add_argument("--every", default="12h", help="spacing of the verified initial dates")
     parser.add_argument("--batch-size", type=int, default=8, help="anemo-infer batch_size (dates x members)")
-    parser.add_argument("--deterministic", default="hs_t21_cpu", help="config of the deterministic model")
-    parser.add_argument("--ensemble", default="hs_t21_ens", help="config of the ensemble, from its weights")
+    parser.add_argument("--deterministic", default="hs_t21_day", help="config of the deterministic model")
+    parser.add_argument("--ensemble", default="hs_t21_ens_day", help="config of the ensemble, from its weights")
     parser.add_argument("--reuse", action="store_true", help="keep stages already finished in --output")
     parser.add_argument("overrides", nargs="*", help="--ensemble overrides after --")
     args = parser.parse_args()
