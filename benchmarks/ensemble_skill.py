@@ -1,7 +1,7 @@
 """Ensemble skill on the Held-Suarez data against the deterministic model it starts from; ONE JSON line.
 
     python benchmarks/ensemble_skill.py --dataset ../shared/data/hs-t21-seed1-1y.zarr [--output DIR] [--threads 2]
-        [--members 8] [--every 12h] [--deterministic hs_t21_day] [--ensemble hs_t21_ens_day] [--reuse]
+        [--members 16] [--every 12h] [--deterministic hs_t21_day] [--ensemble hs_t21_ens_day] [--reuse]
         [-- key=value ...]
 
 The pipeline is the documented one (``training/config/hs_t21_ens_day.yaml``'s header): ``--deterministic``, then
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--dataset", required=True, type=Path)
     parser.add_argument("--output", type=Path, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every process")
-    parser.add_argument("--members", type=int, default=8, help="members of the verified ensemble forecasts")
+    parser.add_argument("--members", type=int, default=16, help="members of the verified ensemble forecasts")
     parser.add_argument("--every", default="12h", help="spacing of the verified initial dates")
     parser.add_argument("--batch-size", type=int, default=8, help="anemo-infer batch_size (dates x members)")
     parser.add_argument("--deterministic", default="hs_t21_day", help="config of the deterministic model")
