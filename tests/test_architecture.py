@@ -24,8 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "diagnostics": {"config", "graphs", "data", "models", "runtime"} | BASE,
     "distributed": {"config", "graphs", "data", "models", "runtime"} | BASE,
     "tracking": {"config"} | BASE,
+    "anemoi_import": {"config", "graphs", "data", "models", "runtime", "checkpoints"} | BASE,
 }
-ALLOWED["training"] = {*ALLOWED, "checkpoints", "diagnostics", "distributed"} - {"training"}
+ALLOWED["training"] = {*ALLOWED, "checkpoints", "diagnostics", "distributed"} - {"training", "anemoi_import"}
 ALLOWED["inference"] = set(ALLOWED["training"]) | {"training"}
 ALLOWED["profiling"] = set(ALLOWED["training"]) | {"training"}
 ALLOWED["cli"] = {*ALLOWED} - {"cli"}

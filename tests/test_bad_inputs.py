@@ -89,7 +89,8 @@ CONFIG_CASES = {
     "unknown computed forcing": (
         ["data.variables.computed_forcing=[cos_julian_days]"],
         r"invalid configuration:\n  config key 'data\.variables\.computed_forcing\.0' = 'cos_julian_days': "
-        r"Input should be 'cos_julian_day', 'sin_julian_day', 'cos_local_time' or 'sin_local_time'",
+        r"Input should be 'cos_julian_day', 'sin_julian_day', 'cos_local_time', 'sin_local_time', 'cos_latitude', "
+        r"'sin_latitude', 'cos_longitude', 'sin_longitude', 'insolation' or 'cos_solar_zenith_angle'",
     ),
     "timestep not a duration": (
         ["data.timestep=6hours"],

@@ -63,7 +63,8 @@ def step_by_step(
     bundle.model.to(dtype)
     roles, norm = bundle.roles, bundle.normalizer
     group = zarr.open_group(dataset, mode="r")
-    names, dates, lon = list(group.attrs["variables"]), group["dates"][:], group["longitudes"][:]
+    names, dates = list(group.attrs["variables"]), group["dates"][:]
+    lat, lon = group["latitudes"][:], group["longitudes"][:]
     read = roles.prognostic + roles.forcing
     offset = norm.offset[[norm.names.index(n) for n in read]][:, None]
     scale = norm.scale[[norm.names.index(n) for n in read]][:, None]
@@ -73,7 +74,7 @@ def step_by_step(
         values = ((group["data"][t, [names.index(n) for n in read], 0] - offset) / scale).astype(np.float32)
         if prognostic is not None:
             values[: len(roles.prognostic)] = prognostic
-        return np.concatenate([values, computed_forcings(roles.computed, dates[t : t + 1], lon)[0]]).T
+        return np.concatenate([values, computed_forcings(roles.computed, dates[t : t + 1], lat, lon)[0]]).T
 
     i = int(np.searchsorted(dates, init))
     window, forecast = [state(i - 1), state(i)], []

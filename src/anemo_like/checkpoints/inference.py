@@ -44,6 +44,8 @@ class InferenceBundle:
     graph: HeteroData
     # the training dataset's variables_metadata of the model's variables (units, mars keys); {}: an older checkpoint
     variables_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # where the weights come from when not trained here (anemo-import: anemoi versions, run id, source file hash)
+    provenance: dict[str, Any] = field(default_factory=dict)
 
 
 def save_inference_checkpoint(
@@ -55,8 +57,10 @@ def save_inference_checkpoint(
     normalizer: Normalizer,
     graph: HeteroData,
     variables_metadata: dict[str, dict[str, Any]],
+    provenance: dict[str, Any] | None = None,
 ) -> None:
-    """Write the checkpoint; ``variables_metadata``: the dataset's entries of the model's variables (JSON-able)."""
+    """Write the checkpoint; ``variables_metadata``: the dataset's entries of the model's variables, ``provenance``:
+    where weights made elsewhere come from (both JSON-able)."""
     layout = asdict(model.layout)
     atomic_torch_save(
         {
@@ -73,6 +77,7 @@ def save_inference_checkpoint(
                 "scale": torch.from_numpy(normalizer.scale),
             },
             "variables_metadata": json.dumps(variables_metadata, default=str),
+            **({"provenance": json.dumps(provenance, default=str)} if provenance else {}),
         },
         path,
     )
@@ -109,4 +114,7 @@ def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = 
     normalizer = saved_normalizer(state["normalizer"])
     metadata = json.loads(state.get("variables_metadata", "{}"))
     roles = VariableRoles(**state["roles"])
-    return InferenceBundle(model.to(device).eval(), config, roles, normalizer, graph, variables_metadata=metadata)
+    provenance = json.loads(state.get("provenance", "{}"))
+    return InferenceBundle(
+        model.to(device).eval(), config, roles, normalizer, graph, variables_metadata=metadata, provenance=provenance
+    )

@@ -8,8 +8,19 @@ from pydantic import Field, field_validator, model_validator
 
 from anemo_like.config.base import TIMESTEP, PathText, Seed, Strict
 
-NormalizerName = Literal["mean-std", "min-max", "none"]
-ComputedForcing = Literal["cos_julian_day", "sin_julian_day", "cos_local_time", "sin_local_time"]
+NormalizerName = Literal["mean-std", "std", "min-max", "max", "none"]
+ComputedForcing = Literal[  # data/forcings.py computes each as earthkit-data (anemoi-datasets) does
+    "cos_julian_day",
+    "sin_julian_day",
+    "cos_local_time",
+    "sin_local_time",
+    "cos_latitude",
+    "sin_latitude",
+    "cos_longitude",
+    "sin_longitude",
+    "insolation",
+    "cos_solar_zenith_angle",
+]
 NanPolicy = Literal["error", "mask"]
 
 

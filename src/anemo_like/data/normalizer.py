@@ -25,7 +25,8 @@ class Normalizer:
         methods: Sequence[str],
         source: str,
     ) -> Normalizer:
-        """Build from per-variable ``mean``/``stdev``/``minimum``/``maximum`` (each (V,)) and a method per variable.
+        """Build from per-variable ``mean``/``stdev``/``minimum``/``maximum`` (each (V,)) and a method per variable:
+        mean-std (x - mean) / stdev, std x / stdev, min-max (x - min) / (max - min), max x / max, none x.
 
         ``source`` names where the statistics came from, for error messages.
         """
@@ -34,10 +35,16 @@ class Normalizer:
         for i, (name, method) in enumerate(zip(names, methods, strict=True)):
             if method == "mean-std":
                 offset[i], scale[i] = statistics["mean"][i], statistics["stdev"][i]
+            elif method == "std":
+                scale[i] = statistics["stdev"][i]
             elif method == "min-max":
                 offset[i], scale[i] = statistics["minimum"][i], statistics["maximum"][i] - statistics["minimum"][i]
+            elif method == "max":
+                scale[i] = statistics["maximum"][i]
             elif method != "none":
-                raise ValueError(f"unknown normaliser '{method}' for variable '{name}'; use mean-std, min-max or none")
+                raise ValueError(
+                    f"unknown normaliser '{method}' for variable '{name}'; use mean-std, std, min-max, max or none"
+                )
             if not np.isfinite(scale[i]) or scale[i] <= 0 or not np.isfinite(offset[i]):
                 raise ValueError(
                     f"{source}: variable '{name}' has unusable statistics for '{method}' normalisation "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from anemo_like.config.schema import VariablesConfig
@@ -62,5 +62,8 @@ class VariableLayout:
     num_output: int
     prognostic_input: list[int]  # input positions of the prognostic variables ...
     prognostic_output: list[int]  # ... and their output positions, in the same order
-    relu_floor: dict[int, float]  # output position -> normalised value of physical zero
+    relu_floor: dict[int, float]  # output position -> normalised value the output is floored at
     boundary_inputs: bool = False  # a limited-area model: it also reads the forced values of the states it predicts
+    imputed: dict[int, float] = field(default_factory=dict)  # input position -> normalised value NaN is replaced by
+    restored: dict[int, int] = field(default_factory=dict)  # output position -> input position whose NaN (first
+    # input state) the output gets back: an imputed variable stays missing where it was missing

@@ -121,7 +121,12 @@ class WindowDataset(Dataset):
             values[bad] = zero
             values[bad & self.keep_nan] = np.nan
         if self.computed_names:
-            forcing = computed_forcings(self.computed_names, self._state_dates(item), self.store.longitudes[self.grid])
+            forcing = computed_forcings(
+                self.computed_names,
+                self._state_dates(item),
+                self.store.latitudes[self.grid],
+                self.store.longitudes[self.grid],
+            )
             values = np.concatenate([values, forcing], axis=1)
         return torch.from_numpy(np.ascontiguousarray(values.transpose(0, 2, 1)))
 

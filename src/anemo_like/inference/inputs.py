@@ -113,6 +113,8 @@ class ForecastInputs:
     init_indices: np.ndarray  # (N,) int64 dataset indices of the initial dates (the last input state)
     output_steps: int = 1  # states per forward pass (training.multistep_output); ``steps`` still counts model steps
     boundary: BoundaryForcing | None = None  # a limited-area model's forced boundary values
+    imputed: tuple[str, ...] = ()  # inputs whose NaN the model fills (its imputer), so they are read as they are
+    restored: tuple[str, ...] = ()  # outputs the model leaves NaN where their input was missing
 
     @property
     def init_dates(self) -> np.ndarray:
@@ -142,7 +144,7 @@ class ForecastInputs:
         offsets = np.arange(1 - m, self.steps + 1)
         valid_times = store.dates[init_index] + offsets * np.timedelta64(int(self.step.total_seconds()), "s")
         rows = self._dataset_rows(init_index, offsets)
-        longitudes = store.longitudes[grid]
+        latitudes, longitudes = store.latitudes[grid], store.longitudes[grid]
         if out is None:
             out = np.empty((len(offsets), len(longitudes), self.window_shape[1]), np.float32)
         states = np.stack([self._read_date(int(row), names, grid) for row in rows[:m]])  # (m, V, G)
@@ -154,7 +156,8 @@ class ForecastInputs:
             elif row != rows[t - 1]:
                 values = self._read_date(int(row), names, grid)
             out[t, :, : len(names)] = values.T
-            out[t, :, len(names) :] = computed_forcings(self.roles.computed, valid_times[t : t + 1], longitudes)[0].T
+            computed = computed_forcings(self.roles.computed, valid_times[t : t + 1], latitudes, longitudes)
+            out[t, :, len(names) :] = computed[0].T
         out[m:, :, : len(self.roles.prognostic)] = np.nan
         if self.boundary is not None:
             self._force_boundary(out, store.dates[init_index], valid_times, grid)
@@ -182,8 +185,11 @@ class ForecastInputs:
         return subset(self.normalizer, names).normalize(raw, axis=1)[0]
 
     def _check_finite(self, values: np.ndarray, dates: np.ndarray, names: list[str], init: np.datetime64) -> None:
-        """Non-finite input states (T, V, G): zeroed in place under ``nan_policy: mask``, else an error naming them."""
+        """Non-finite input states (T, V, G): zeroed in place under ``nan_policy: mask``, else an error naming them;
+        NaN of the variables the model imputes are left for it."""
         bad = ~np.isfinite(values)
+        imputed = [i for i, name in enumerate(names) if name in self.imputed]
+        bad[:, imputed] &= ~np.isnan(values[:, imputed])  # NaN there is the model's to fill; inf is not
         if not bad.any():
             return
         if self.nan_policy == "mask":
@@ -354,6 +360,8 @@ def open_inputs(
         init_indices=indices,
         output_steps=run.training.multistep_output,
         boundary=boundary,
+        imputed=tuple(roles.input[i] for i in bundle.model.layout.imputed),
+        restored=tuple(roles.output[i] for i in bundle.model.layout.restored),
     )
     _check_forcings_reach(inputs, lead_time=config.lead_time)
     return inputs

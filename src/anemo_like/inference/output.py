@@ -248,8 +248,11 @@ def _remove_stale_temporaries(path: Path) -> None:
 
 def check_finite_forecasts(forecasts: np.ndarray, inputs: ForecastInputs, *, checkpoint: Path) -> None:
     """Raise :class:`NonFiniteForecast` naming the first initial date, member (of an ensemble), lead and variables
-    where ``forecasts`` (N, M, L, G, V_out) hold NaN or inf."""
+    where ``forecasts`` (N, M, L, G, V_out) hold NaN or inf; the NaN of the outputs the model leaves missing where
+    their input was (its imputer) are no fault."""
     bad = ~np.isfinite(forecasts)
+    restored = [v for v, name in enumerate(inputs.roles.output) if name in inputs.restored]
+    bad[..., restored] &= ~np.isnan(forecasts[..., restored])
     if not bad.any():
         return
     n, k, lead = (int(i) for i in np.argwhere(bad.any(axis=(3, 4)))[0])

@@ -8,6 +8,7 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import ModelConfig
 from anemo_like.data.variables import VariableLayout
+from anemo_like.models.imputer import Imputer
 from anemo_like.models.mapper import GraphTransformerMapper
 from anemo_like.models.node_features import NodeFeatures
 from anemo_like.models.noise import NoiseEmbedding
@@ -93,7 +94,9 @@ class ForecastModel(nn.Module):
         floor = torch.full((layout.num_output,), -torch.inf)
         for index, value in layout.relu_floor.items():
             floor[index] = value
-        self.register_buffer("output_floor", floor if layout.relu_floor else None)
+        # derived from the layout, which checkpoints store: not saved (its -inf would read as a diverged weight)
+        self.register_buffer("output_floor", floor if layout.relu_floor else None, persistent=False)
+        self.imputer = Imputer(imputed=layout.imputed, restored=layout.restored) if layout.imputed else None
         self.num_hidden = graph["hidden"].num_nodes
         self.noise_embedding = None
         if config.noise is not None:
@@ -123,8 +126,12 @@ class ForecastModel(nn.Module):
         last state in full precision). ``noise`` (B, N_hidden, D), standard normal: the processor noise of an
         ensemble model (``model.noise``; ignored by a deterministic one). ``boundary`` (B, G, K * V_prognostic + 1):
         a limited-area model's forced values of the predicted states and the boundary mask
-        (:func:`~anemo_like.models.rollout.boundary_inputs`); required by it, refused by any other model."""
+        (:func:`~anemo_like.models.rollout.boundary_inputs`); required by it, refused by any other model. A model
+        with an imputer (``layout.imputed``) takes NaN in those inputs and gives NaN back where they were missing."""
         batch, _, grid, _ = x.shape
+        missing = None
+        if self.imputer is not None:
+            x, missing = self.imputer.fill(x)
         known = [x.transpose(1, 2).reshape(batch, grid, -1), *self._boundary(boundary, x), self.data_features(batch)]
         x_data = torch.cat(known, dim=-1)
         hidden = self.hidden_features(batch)
@@ -142,7 +149,7 @@ class ForecastModel(nn.Module):
         out = out.to(x.dtype).index_add(-1, self.prognostic_output, residual)  # fp32 under autocast
         if self.output_floor is not None:
             out = torch.maximum(out, self.output_floor.to(out.dtype))
-        return out
+        return out if missing is None else self.imputer.restore(out, missing)
 
     def _boundary(self, boundary: Tensor | None, x: Tensor) -> list[Tensor]:
         """``boundary`` in x's dtype as a list of the extra input blocks (empty for a model that reads none)."""
