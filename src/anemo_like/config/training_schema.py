@@ -147,6 +147,13 @@ class TrainingConfig(Strict):
     init_statistics: Literal["dataset", "checkpoint"] = Field(
         "dataset", description="normalisation statistics of a warm start: the new dataset's or init_from's"
     )
+    init_model: Literal["config", "checkpoint"] = Field(
+        "config",
+        description="the model a warm start trains: config (this run's model, graph and variables, init_from's "
+        "weights by name) or checkpoint (init_from's own: an inference.pt's architecture, graph, variables, "
+        "normalisation, layout and multistep, as an imported anemoi model needs; chunking and backends stay this "
+        "run's)",
+    )
     freeze: list[str] = Field(
         default_factory=list, description="module paths (e.g. encoder, processor.layers.0) that are not trained"
     )
@@ -172,6 +179,12 @@ class TrainingConfig(Strict):
             )
         if members == 1 and loss in ENSEMBLE_LOSSES:
             raise ValueError(f"loss.name={loss} scores an ensemble: set ensemble.members to 2 or more (got 1)")
+        return self
+
+    @model_validator(mode="after")
+    def _init_model_has_a_checkpoint(self) -> TrainingConfig:
+        if self.init_model == "checkpoint" and self.init_from is None:
+            raise ValueError("init_model=checkpoint takes the model of init_from: set init_from to an inference.pt")
         return self
 
     @model_validator(mode="after")

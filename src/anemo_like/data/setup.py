@@ -345,13 +345,17 @@ def _climatology_baseline(
 
 
 def setup_data(
-    config: RunConfig, *, data_parallel_size: int | None = None, statistics: tuple[str, Normalizer] | None = None
+    config: RunConfig,
+    *,
+    data_parallel_size: int | None = None,
+    statistics: tuple[str, Normalizer] | None = None,
+    layout: VariableLayout | None = None,
 ) -> DataSetup:
     """Open the dataset(s) (:func:`~anemo_like.data.open_dataset.open_dataset`: a cut-out or limited-area view
     with ``data.cutout`` / ``data.boundary``), check the config against them and build the train/val windows.
     ``data_parallel_size``: the model instances sharing each global training batch (None: from the open process
     group, else 1); ``statistics``: (where from, normaliser) whose offsets and scales replace the dataset's for the
-    variables it has."""
+    variables it has; ``layout``: the model's variable layout as a checkpoint stores it (None: from the config)."""
     store = open_dataset(config)
     val_store = open_val_store(config, store)
     roles = VariableRoles.from_config(config.data.variables)
@@ -359,7 +363,8 @@ def setup_data(
     normalizer = _read_normalizer(config, store, roles)
     if statistics is not None:
         normalizer = _with_statistics_of(normalizer, statistics[1], where=statistics[0])
-    layout = _variable_layout(config, roles, normalizer, limited_area=point_mask(store, BOUNDARY) is not None)
+    if layout is None:
+        layout = _variable_layout(config, roles, normalizer, limited_area=point_mask(store, BOUNDARY) is not None)
     shared = {"stride": stride, "roles": roles, "normalizer": normalizer}
     train = _split_windows(config, store, "train", rollout=config.training.rollout.max, **shared)
     val = _split_windows(config, val_store, "val", rollout=config.training.val_rollout, **shared)

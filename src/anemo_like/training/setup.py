@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import HeteroData
 
-from anemo_like.checkpoints.weights import CheckpointWeights, read_checkpoint_weights
+from anemo_like.checkpoints.weights import CheckpointWeights
 from anemo_like.config.schema import ModelConfig, RunConfig
 from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import DataSetup, setup_data
@@ -56,6 +56,7 @@ from anemo_like.training.cuda_graphs import cuda_graph_refusal
 from anemo_like.training.ema import WeightAverage
 from anemo_like.training.ensemble import EnsembleMembers
 from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
+from anemo_like.training.init_model import adopt_model, check_same_grid, read_warm_start
 from anemo_like.training.loss import WeightedLoss
 from anemo_like.training.memory_fit import check_training_fits
 from anemo_like.training.optimizer import build_adamw
@@ -154,30 +155,19 @@ def place(config: RunConfig) -> Placement:
     return Placement(launch, device, groups, run_dir)
 
 
-def read_warm_start(config: RunConfig) -> CheckpointWeights | None:
-    """The weights of ``training.init_from`` on the CPU (None when unset); with ``training.init_statistics:
-    checkpoint`` it must be an inference checkpoint, the one format that holds statistics."""
-    training = config.training
-    if training.init_from is None:
-        return None
-    weights = read_checkpoint_weights(Path(training.init_from).expanduser(), key="training.init_from")
-    if training.init_statistics == "checkpoint" and weights.normalizer is None:
-        raise ValueError(
-            f"training.init_statistics=checkpoint: {weights.path} is a training checkpoint, which holds no "
-            "normalisation statistics; start from the run's inference.pt or set training.init_statistics=dataset"
-        )
-    return weights
-
-
 def load_data_and_graph(
     config: RunConfig, launch: LaunchEnvironment, warm_start: CheckpointWeights | None
 ) -> tuple[DataSetup, HeteroData]:
-    """The dataset and its graph; rank 0 first, so it generates the built-in dataset and caches the graph."""
-    statistics = None
-    if warm_start is not None and config.training.init_statistics == "checkpoint":
+    """The dataset and its graph (``training.init_model: checkpoint``: the checkpoint's, with its layout and
+    statistics); rank 0 first, so it generates the built-in dataset and caches the graph."""
+    statistics, stored = None, None if warm_start is None else warm_start.model
+    if warm_start is not None and (config.training.init_statistics == "checkpoint" or stored is not None):
         statistics = (f"training.init_from {warm_start.path}", warm_start.normalizer)
     with main_rank_first(launch):
-        data = setup_data(config, statistics=statistics)
+        data = setup_data(config, statistics=statistics, layout=None if stored is None else stored.layout)
+        if stored is not None:  # training.init_model=checkpoint: the checkpoint's own graph
+            check_same_grid(data.store, stored, warm_start.path)
+            return data, stored.graph
         cache = Path(config.system.paths.cache).expanduser() / "graphs" if config.graph.cache else None
         stretched = config.graph.hidden.kind == "stretched"  # the one mesh that needs the region mask
         graph = load_or_build_graph(
@@ -313,9 +303,11 @@ def build_run(config: RunConfig, *, tracking_sender: SenderProcess | None = None
     if config.system.hardware.num_threads:
         torch.set_num_threads(config.system.hardware.num_threads)
     seed_everything(config.training.seed)
+    warm_start = read_warm_start(config)
+    if warm_start is not None and warm_start.model is not None:
+        config = adopt_model(config, warm_start.model, warm_start.path)
     placement = place(config)
     tracker = open_tracking(config, placement, tracking_sender)
-    warm_start = read_warm_start(config)
     data, graph = load_data_and_graph(config, placement.launch, warm_start)
     graph_hash = graph_fingerprint(graph)
     precision = check_run_options(config, placement)
