@@ -33,6 +33,11 @@ def test_shipped_configs_validate(name: str) -> None:
     assert config.model.num_channels % config.model.num_heads == 0
 
 
+def test_a_bare_year_is_a_split_date_as_in_anemoi_configs() -> None:
+    config = validate_config(composed("hs_t21", ["data.splits.train.end=2000", "data.splits.val.start=2001"]))
+    assert (config.data.splits.train.end, config.data.splits.val.start) == ("2000", "2001")
+
+
 def test_transformer_model_group_composes() -> None:
     config = validate_config(composed("quickstart", ["model=transformer"]))
     assert config.model.processor.type == "transformer"

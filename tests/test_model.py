@@ -109,3 +109,13 @@ def test_components_take_their_own_config_section(small_graph) -> None:
     assert (encoder.num_src, encoder.num_dst, encoder.sources_sharded) == (num_data, num_hidden, False)
     assert (decoder.num_src, decoder.num_dst, decoder.sources_sharded) == (num_hidden, num_data, True)
     assert (encoder.out_channels, decoder.out_channels) == (16, LAYOUT.num_output)
+
+
+def test_a_model_trains_after_a_forecast_in_the_same_process(small_graph) -> None:
+    """Scratch buffers made under torch.inference_mode (anemo-infer) are not the ones training writes to."""
+    x = torch.randn(2, 2, small_graph["data"].num_nodes, 5)
+    with torch.inference_mode():
+        make_model(small_graph)(x)
+    model = make_model(small_graph)
+    model(x).square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -226,3 +226,13 @@ def test_a_failing_validation_keeps_the_checkpoint_of_its_step(tmp_path, compose
         Trainer(config).fit()
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
     assert checkpoint["step"] == saved_step
+
+
+def test_a_model_with_floored_outputs_writes_an_inference_checkpoint_that_loads(tmp_path, compose_run) -> None:
+    """The output floors (-inf where none) derive from the stored layout: they are not saved as weights, which a
+    loader would refuse as non-finite."""
+    config = compose_run(tmp_path, ["training.max_steps=2", "diagnostics.plots=false", "model.relu_bounded=[sp]"])
+    outputs = Trainer(config).fit()
+    bundle = load_inference_checkpoint(outputs.inference_checkpoint)
+    floor = bundle.model.output_floor
+    assert floor is not None and torch.isinf(floor).sum() == len(bundle.roles.output) - 1

@@ -58,7 +58,7 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
     if not zipfile.is_zipfile(path):
         raise ImportRefused(
             f"{path} is not an anemoi checkpoint: not a complete zip archive (truncated, corrupted or another kind of "
-            "file); copy it again from where anemoi-training wrote it"
+            "file); give an inference-*.ckpt or last.ckpt as anemoi-training wrote it"
         )
     return zipfile.ZipFile(path)
 

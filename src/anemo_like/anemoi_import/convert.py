@@ -90,7 +90,7 @@ def _check_grid(archive: AnemoiArchive, dataset: str, latlon_rad: np.ndarray) ->
 
 def output_file(output: Path) -> Path:
     """``output`` itself when it names a ``.pt`` file, else ``output/inference.pt``; refused when it exists."""
-    target = output if output.suffix == ".pt" else output / "inference.pt"
+    target = output if output.suffix == ".pt" or (output.exists() and not output.is_dir()) else output / "inference.pt"
     if target.exists():
         raise ImportRefused(
             f"{target} already exists: give another output, or move it away first (nothing was written)"

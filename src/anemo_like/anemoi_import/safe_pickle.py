@@ -51,7 +51,9 @@ class Inert(dict):
         self.state = state
 
     def __call__(self, *args: Any, **kwargs: Any) -> Inert:
-        return Inert(*args, **kwargs)
+        made = _Result(*args, **kwargs)
+        made.kind = f"result of {self.kind}"
+        return made
 
     def append(self, item: Any) -> None:
         self.setdefault("_items", []).append(item)
@@ -67,6 +69,10 @@ class Inert(dict):
 
     def __repr__(self) -> str:
         return f"<inert {self.kind}>"
+
+
+class _Result(Inert):
+    """What calling an inert stand-in gives: another stand-in, named after what was called."""
 
 
 def _plain_defaultdict(*_args: Any) -> dict:

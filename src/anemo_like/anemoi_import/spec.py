@@ -6,6 +6,8 @@ is refused by name, all of them in one message, before anything is written.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,11 +60,17 @@ def _versions(archive: AnemoiArchive) -> tuple[str, str]:
             f"{path}: anemoi metadata version {metadata.get('version')!r} is a layout anemo-import does not know "
             f"(it reads {', '.join(METADATA_VERSIONS)})"
         )
-    if models.split(".")[:2] != SUPPORTED_MODELS.split("."):
+    release = tuple(int(part) for part in re.findall(r"\d+", models)[:2]) or (0, 0)
+    supported = tuple(int(part) for part in SUPPORTED_MODELS.split("."))
+    if release != supported:
+        todo = (
+            f"migrate it to anemoi-models {SUPPORTED_MODELS} first (anemoi-models' own migration)"
+            if release < supported
+            else f"a newer layout than anemo-import reads: use a checkpoint of anemoi-models {SUPPORTED_MODELS}"
+        )
         raise ImportRefused(
             f"{path} was written by anemoi-models {models} (anemoi-training {training}); anemo-import reads the "
-            f"layout of anemoi-models {SUPPORTED_MODELS}.x (anemoi-training 0.17): migrate the checkpoint with "
-            f"anemoi-models {SUPPORTED_MODELS} first"
+            f"layout of anemoi-models {SUPPORTED_MODELS}.x (anemoi-training 0.17): {todo}"
         )
     return models, training
 
@@ -83,7 +91,11 @@ def _block_problems(name: str, block: dict[str, Any], target: str) -> list[str]:
         "mlp_implementation": (block.get("mlp_implementation", "mlp"), "mlp"),
         "attn_channels": (block.get("attn_channels"), None),
     }
-    problems += [f"{name}.{key}={value!r} (only {want!r})" for key, (value, want) in options.items() if value != want]
+    problems += [
+        f"{name}.{key}={json.dumps(value)} (only {json.dumps(want)})"
+        for key, (value, want) in options.items()
+        if value != want
+    ]
     kernels = block.get("layer_kernels") or {}
     for kernel, want in KERNELS.items():
         got = (kernels.get(kernel) or {"_target_": want}).get("_target_")
@@ -103,7 +115,10 @@ def _model_problems(model: dict[str, Any], dataset: str) -> list[str]:
         problems.append(f"model.model._target_={target} (ensemble, diffusion, hierarchical and transport models)")
     encoders, decoders = model.get("encoders") or {}, model.get("decoders") or {}
     if len(encoders) != 1 or len(decoders) != 1:
-        problems.append(f"{len(encoders)} encoders and {len(decoders)} decoders (multi-dataset models are not read)")
+        problems.append(
+            f"model.encoders and model.decoders hold {len(encoders)} and {len(decoders)} entries (only one of each: "
+            "multi-dataset models are not read)"
+        )
     for name, encoder in encoders.items():
         if list(encoder.get("source_datasets") or []) != [dataset]:
             problems.append(f"model.encoders.{name}.source_datasets={encoder.get('source_datasets')}")
@@ -136,7 +151,7 @@ def _processor_entries(data: dict[str, Any], dataset: str, problems: list[str]) 
         else:
             what = "remap" if target == NORMALIZER else target
             problems.append(f"data processor {name} ({what}; only {NORMALIZER} and the Input/Constant imputers)")
-    if not any(target == NORMALIZER for _, target, _ in entries):
+    if not any((entry or {}).get("_target_") == NORMALIZER for entry in processors.values()):
         problems.append("no InputNormalizer among the data processors")
     return tuple(entries)
 
@@ -163,12 +178,12 @@ def read_spec(archive: AnemoiArchive) -> AnemoiSpec:
     models_version, training_version = _versions(archive)
     config, path = archive.metadata.get("config") or {}, archive.path
     datasets = list((archive.metadata.get("data_indices") or {}).keys())
-    if len(datasets) != 1:
-        raise ImportRefused(
-            f"{path}: a model of {len(datasets)} datasets {datasets}: multi-dataset models are not read"
-        )
+    if not datasets:
+        raise ImportRefused(f"{path}: its metadata holds no data_indices; a layout anemo-import does not know")
     dataset, model, task = datasets[0], config.get("model") or {}, config.get("task") or {}
     problems = _model_problems(model, dataset)
+    if len(datasets) > 1:
+        problems.insert(0, f"data_indices of {len(datasets)} datasets {datasets} (multi-dataset models are not read)")
     if task.get("_target_", FORECASTER) != FORECASTER:
         problems.append(f"task {task.get('_target_')} (only {FORECASTER}: ensemble and diffusion tasks are not read)")
     encoder = next(iter((model.get("encoders") or {}).values()), {}).get("mapper") or {}

@@ -52,10 +52,16 @@ class NormalizerConfig(Strict):
 
 
 class DateWindow(Strict):
-    """Inclusive date window; ``None`` means the dataset's first (start) or last (end) date."""
+    """Inclusive date window; ``None`` means the dataset's first (start) or last (end) date. A bare year (``2020``,
+    as anemoi's configs write it) is the year."""
 
     start: str | None = None
     end: str | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _year_is_a_date(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 9999 else value
 
 
 class SplitsConfig(Strict):

@@ -3,7 +3,7 @@
 The blocked kernels make many transient tensors of one bounded size. Taking them from a few buffers that live
 for the whole run, instead of allocating each one, keeps the allocator's heap from fragmenting: on CPU, glibc
 otherwise spreads differently sized transients over an ever larger heap and the process's resident memory
-grows far past the live tensors. Buffers are per thread, device and dtype, and only grow.
+grows far past the live tensors. Buffers are per thread, device, dtype and inference mode, and only grow.
 
 How many elements one block holds (``model.block_elements``) trades memory for host work: every block costs a dozen
 or more operator dispatches, which a GPU pays as kernel launches. ``resolve_block_elements`` gives the default per
@@ -43,9 +43,11 @@ def scratch(
     backed by the buffer ``name`` of that dtype, which holds at least ``reserve`` elements (so later, larger
     requests need no new buffer). The result is only valid until the next call with the same name and dtype:
     never return or save it."""
-    buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = _local.__dict__.setdefault("buffers", {})
+    buffers: dict[tuple[str, torch.device, torch.dtype, bool], Tensor] = _local.__dict__.setdefault("buffers", {})
     dtype = dtype or like.dtype
-    key, numel = (name, like.device, dtype), math.prod(shape)
+    # a buffer made under torch.inference_mode (anemo-infer) cannot be written outside it (training, later in the
+    # same process): one set of buffers for each
+    key, numel = (name, like.device, dtype, torch.is_inference_mode_enabled()), math.prod(shape)
     buffer = buffers.get(key)
     if buffer is None or buffer.numel() < numel:
         buffers.pop(key, None)
