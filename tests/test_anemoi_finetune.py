@@ -12,6 +12,7 @@ import pytest
 import torch
 from anemoi_helpers import golden, imported
 from conftest import SHARED_DATASET
+from inference_helpers import documented
 
 from anemo_like.data.zarr_store import write_anemoi_zarr
 from anemo_like.training import trainer as trainer_module
@@ -106,6 +107,7 @@ def test_a_dataset_of_another_grid_is_refused(tmp_path, compose_run, model) -> N
         f"training.init_model=checkpoint: data.dataset {dataset} has points up to 2 degrees from the model's grid "
         f"points (the model of {model}); fine-tune it on a dataset of its own grid"
     )
+    documented(str(error.value), DATA=dataset, FILE=model)
 
 
 def test_an_imported_model_is_trained_only_as_it_is(tmp_path, compose_run, model) -> None:
@@ -116,3 +118,17 @@ def test_an_imported_model_is_trained_only_as_it_is(tmp_path, compose_run, model
         f"training.init_from={model} holds an anemoi model (imported by anemo-import), whose graph, variables and "
         "normalisation are anemoi's: set training.init_model=checkpoint to train it as it is"
     )
+    documented(str(error.value), FILE=model)
+
+
+def test_the_model_of_a_checkpoint_needs_an_inference_checkpoint(tmp_path, compose_run, model) -> None:
+    dataset = _dataset(tmp_path / "data.zarr")
+    steps = ["training.max_steps=1", "training.val_every_n_steps=1", "training.checkpoint_every_n_steps=1"]
+    Trainer(finetune(compose_run, tmp_path / "first", model, dataset, *SPLITS, *steps)).fit()
+    training_checkpoint = tmp_path / "first" / "checkpoints" / "last.pt"
+    with pytest.raises(ValueError) as error:
+        Trainer(finetune(compose_run, tmp_path / "run", training_checkpoint, dataset, *SPLITS))
+    documented(str(error.value), FILE=training_checkpoint)
+    with pytest.raises(ValueError) as error:
+        finetune(compose_run, tmp_path / "run", model, dataset, *SPLITS, "training.init_from=null")
+    documented(str(error.value).split("\n  ", 1)[1], FILE=model)
