@@ -113,6 +113,7 @@ OPTIONS = {
     "glu": (set_key(processor, "mlp_implementation", "gated"), ['model.processor.mlp_implementation="gated"']),
     "edge_pre_mlp": (set_key(encoder, "edge_pre_mlp", True), ["model.encoders.0.mapper.edge_pre_mlp=true"]),
     "attn_channels": (set_key(processor, "attn_channels", 16), ["model.processor.attn_channels=16"]),
+    "silu": (set_key(processor, "layer_kernels", {"Activation": {"_target_": "torch.nn.SiLU"}}), ["Activation="]),
     "second_encoder": (
         lambda m: model(m)["encoders"].__setitem__("1", model(m)["encoders"]["0"]),
         ["model.encoders and model.decoders hold 2 and 1 entries"],
