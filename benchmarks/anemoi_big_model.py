@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from anchor_grid import ANCHOR_RUN  # noqa: E402  (benchmarks/anchor_grid.py)
+from anchor_grid import ANCHOR_RUN  # benchmarks/anchor_grid.py
 
 CHUNK_VARIABLES = (
     "ANEMOI_INFERENCE_NUM_CHUNKS",
@@ -43,12 +43,12 @@ NORMALIZER = "anemoi.models.preprocessing.normalizer.InputNormalizer"
 DATASET = "data"
 
 
-def vmhwm_mib() -> float:
-    """This process's resident high-water mark (VmHWM), MiB."""
+def status_mib(key: str = "VmHWM") -> float:
+    """A memory figure of this process from /proc/self/status (VmHWM: the resident high-water mark; VmRSS), MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    raise RuntimeError(f"no {key} in /proc/self/status")
 
 
 def cpu_s() -> float:
@@ -200,9 +200,14 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     anchor.parse_grid = lambda name: (f"{lat.size} points", lat.size, 0)  # as benchmarks/anchor_grid.py does
     anchor.data_coordinates = lambda kind, n1, n2: (lat, lon)
     graph_args = argparse.Namespace(
-        grid="points", mesh_res=args.mesh_res, cutoff_factor=0.6, knn=3, x_hops=1, no_area_weights=False,
+        grid="points",
+        mesh_res=args.mesh_res,
+        cutoff_factor=0.6,
+        knn=3,
+        x_hops=1,
+        no_area_weights=False,
         processor="graphtransformer",
-    )  # fmt: skip
+    )
     graph = anchor.build_graph(graph_args)
     t_graph = time.perf_counter()
     cfg = full_config(args, names, [str(d) for d in inputs["dates"]])
@@ -244,7 +249,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "graph_s": round(t_graph - t0, 1),
         "model_s": round(t_model - t_graph, 1),
         "save_s": round(t_saved - t_model, 1),
-        "peak_mib": round(vmhwm_mib()),
+        "peak_mib": round(status_mib()),
         "anemoi_models": __import__("anemoi.models").models.__version__,
         "provenance_models": metadata["provenance_training"]["module_versions"].get("anemoi.models"),
     }
@@ -270,9 +275,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     chunks = {name: os.environ[name] for name in CHUNK_VARIABLES if os.environ.get(name)}
-    t0, c0 = time.perf_counter(), cpu_s()
+    imports_mib, t0 = status_mib("VmRSS"), time.perf_counter()
     model = torch.load(args.checkpoint, weights_only=False, map_location="cpu")  # our own file: trusted
     model.eval()
+    loaded_mib = status_mib("VmRSS")
     with np.load(args.inputs) as stored:
         values = stored["values"]  # (dates, variables, grid) physical, the model's variable order
     multistep = model.n_step_input
@@ -299,7 +305,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "forecast_cpu_s": round(c2 - c1, 2),
         "total_wall_s": round(t2 - t0, 2),
         "step_wall_s": step_s,
-        "peak_mib": round(vmhwm_mib()),
+        "peak_mib": round(status_mib()),
+        "imports_mib": round(imports_mib),
+        "loaded_mib": round(loaded_mib),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
