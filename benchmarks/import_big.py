@@ -204,7 +204,7 @@ def ours_worker(argv: list[str]) -> None:
     model, hwm = prepared.bundle.model, status_mib()
     mappers = {name: getattr(model, name).eval_num_chunks or getattr(model, name).num_chunks for name in MAPPERS}
     result = {"system": "anemo_like", "chunks": chunks, "memory_budget_gb": config.memory_budget_gb}
-    result["effective_chunks"] = {**mappers, "processor_min_blocks": model.processor.eval_min_blocks or 1}
+    result["effective_chunks"] = {**mappers, "processor": model.processor.eval_num_chunks or 1}
     result |= {"threads": torch.get_num_threads(), "steps": int(steps), "load_wall_s": round(t1 - t0, 2)}
     result |= {"forecast_wall_s": round(t2 - t1, 2), "forecast_cpu_s": round(c2 - c1, 2)}
     result |= {"total_wall_s": round(t2 - t0, 2), "peak_mib": round(max(load_peak, hwm))}
@@ -284,8 +284,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"import_big.py: {args.anemoi_python} does not exist: bash ../shared/bench/anchor/setup.sh")
     sizes = DRY if args.dry_run else FULL
     default = ["2,2"] if args.dry_run else ["0,0", "16,4", "64,16", "256,64"]
+    ours = ["0,0,0.8"] if args.dry_run else ["0,0,1.0", "0,0,1.25", "0,0,1.5"]  # planned by anemo-infer's budget
     args.anemoi_chunks = args.anemoi_chunks or [parse_setting(s) for s in default]
-    args.ours_chunks = args.ours_chunks or [parse_setting(s) for s in default]
+    args.ours_chunks = args.ours_chunks or [parse_setting(s) for s in ours]
     temporary = args.dry_run and args.work is None
     work = Path(tempfile.mkdtemp(prefix="import_big_")) if temporary else (args.work or Path("/tmp/import_big"))
     started = time.perf_counter()

@@ -41,8 +41,9 @@ def imported(case: str, folder: Path, kind: str = "inference-last.ckpt") -> Path
     return import_checkpoint(GOLDEN / case / kind, folder).output
 
 
-def forecast(case: str, checkpoint: Path, tmp_path: Path, steps: int) -> xr.Dataset:
-    """anemo-infer from the golden initial date over ``steps`` model steps, on the golden window: the forecast."""
+def forecast(case: str, checkpoint: Path, tmp_path: Path, steps: int, *overrides: str) -> xr.Dataset:
+    """anemo-infer from the golden initial date over ``steps`` model steps, on the golden window (and any other
+    ``overrides``): the forecast."""
     g = golden(case)
     init = g["dates"][int(g["multistep"]) - 1]
     config = infer_config(
@@ -52,6 +53,7 @@ def forecast(case: str, checkpoint: Path, tmp_path: Path, steps: int) -> xr.Data
         f"lead_time={6 * steps}h",
         f"output={tmp_path / 'forecast.nc'}",
         "verify=false",
+        *overrides,
     )
     run_inference(config)
     return xr.open_dataset(tmp_path / "forecast.nc").load()

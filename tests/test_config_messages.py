@@ -212,8 +212,9 @@ OVERRIDE_CASES = {  # command-line arguments, the line, whether docs/errors.md h
     ),
     "top-level config that does not exist": (
         ["--config-name=nonexistent"],
-        "--config-name 'nonexistent': no such config; choose one of hs_t21, hs_t21_cpu, hs_t21_day, hs_t21_ens, "
-        "hs_t21_ens_day, hs_t21_finetune, hs_t21_full, quickstart, regional_global, regional_lam, regional_stretched",
+        "--config-name 'nonexistent': no such config; choose one of anemoi_finetune, hs_t21, hs_t21_cpu, hs_t21_day, "
+        "hs_t21_ens, hs_t21_ens_day, hs_t21_finetune, hs_t21_full, quickstart, regional_global, regional_lam, "
+        "regional_stretched",
         True,
     ),
     "value split by the shell": (

@@ -270,7 +270,7 @@ def test_auto_chunks_stay_within_the_nodes(tiny_run) -> None:
         (
             "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR",
             "100",
-            "environment variable ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR='100': more edge blocks than the 42 nodes of "
+            "environment variable ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR='100': more chunks than the 42 nodes of "
             "the processor; set at most 42 or unset it",
         ),
     ],
@@ -295,7 +295,7 @@ def test_inference_chunks_up_to_the_nodes_are_accepted(clean_env) -> None:
     model = make_model(latlon_graph(8, 16, 1))
     clean_env.setenv("ANEMOI_INFERENCE_NUM_CHUNKS", "42")
     apply_inference_overrides(model)
-    assert model.encoder.eval_num_chunks == model.decoder.eval_num_chunks == model.processor.eval_min_blocks == 42
+    assert model.encoder.eval_num_chunks == model.decoder.eval_num_chunks == model.processor.eval_num_chunks == 42
 
 
 def test_inference_chunks_above_the_nodes_are_refused_at_training_setup(tiny_run, clean_env) -> None:

@@ -113,19 +113,19 @@ INFERENCE_CASES = {
         [ONE_DATE, "lead_time=1d", "members=300000"],
         "members=300000 needs about 27.5 GiB (the forecast of 1 initial date x 300000 members x 4 lead steps held in "
         "memory, and 1 forecast at a time through the model), more than the 0.5 GiB available (memory_budget_gb); the "
-        "largest that fits is 5447: lower members or set memory_budget_gb to the memory this run may use",
+        "largest that fits is 5456: lower members or set memory_budget_gb to the memory this run may use",
     ),
     "batch of members": (
-        [ONE_DATE, "lead_time=6h", "members=1000", "batch_size=1000"],
-        "batch_size=1000 needs about 1.2 GiB (the forecast of 1 initial date x 1000 members x 1 lead step held in "
-        "memory, and 1000 forecasts at a time through the model), more than the 0.5 GiB available (memory_budget_gb); "
-        "the largest that fits is 414: lower batch_size or set memory_budget_gb to the memory this run may use",
+        [ONE_DATE, "lead_time=6h", "members=4000", "batch_size=4000"],
+        "batch_size=4000 needs about 1.1 GiB (the forecast of 1 initial date x 4000 members x 1 lead step held in "
+        "memory, and 4000 forecasts at a time through the model), more than the 0.5 GiB available (memory_budget_gb); "
+        "the largest that fits is 1670: lower batch_size or set memory_budget_gb to the memory this run may use",
     ),
     "lead time": (
         [ONE_DATE, "lead_time=100000d"],
         "lead_time=100000d needs about 30.5 GiB (the forecast of 1 initial date x 1 member x 400000 lead steps held in "
         "memory, and 1 forecast at a time through the model), more than the 0.5 GiB available (memory_budget_gb); the "
-        "largest that fits is 1634d: shorten lead_time or set memory_budget_gb to the memory this run may use",
+        "largest that fits is 1637d: shorten lead_time or set memory_budget_gb to the memory this run may use",
     ),
     "initial dates": (
         ["date_range.start=2000-01-01T06", "date_range.end=2000-04-09T18", "date_range.every=6h", "lead_time=20d"],

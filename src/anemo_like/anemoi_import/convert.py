@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 import anemo_like
 from anemo_like.anemoi_import.archive import AnemoiArchive, ImportRefused, read_archive
@@ -112,13 +113,14 @@ def import_checkpoint(source: Path, output: Path) -> ImportReport:
     config = imported_run_config(
         archive.metadata.get("config") or {}, spec, variables, output=target.parent, imputed=bool(layout.imputed)
     )
-    model = ForecastModel(
-        config=config.model,
-        graph=graph,
-        layout=layout,
-        multistep=spec.multistep_input,
-        output_steps=spec.multistep_output,
-    )
+    with torch.device("meta"):  # no second copy of the weights: anemoi's tensors take the parameters' place
+        model = ForecastModel(
+            config=config.model,
+            graph=graph,
+            layout=layout,
+            multistep=spec.multistep_input,
+            output_steps=spec.multistep_output,
+        )
     state = our_state_dict(content.tensors, spec, variables, perms)
     expected = dict(model.named_parameters()) | {n: b for n, b in model.named_buffers() if n.endswith("position")}
     mismatched = [
@@ -131,7 +133,7 @@ def import_checkpoint(source: Path, output: Path) -> ImportReport:
         raise ImportRefused(
             f"{source}: its weights do not fit the model its config describes ({'; '.join(mismatched + missing)[:500]})"
         )
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict(state, strict=False, assign=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     save_inference_checkpoint(
         target,

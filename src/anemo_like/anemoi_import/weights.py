@@ -98,8 +98,9 @@ def our_state_dict(
         target = _our_name(name, renames)
         if target is None:
             unknown.append(name)
-        else:
-            ours[target] = tensor.detach().clone()
+        else:  # a tensor of its own, not a view into a larger storage (which saving would write whole)
+            whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+            ours[target] = tensor.detach() if whole else tensor.detach().clone()
     if unknown:
         raise ImportRefused(f"the checkpoint holds tensors with no counterpart in our model: {', '.join(unknown[:8])}")
     for part in ("encoder", "processor", "decoder"):

@@ -28,6 +28,7 @@ from anemo_like.graphs import graph_from_tensors, graph_to_tensors
 from anemo_like.graphs.serialization import load_weights_only
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.runtime.inference_environment import apply_inference_overrides, with_graph_backend_from_environment
+from anemo_like.runtime.weight_paging import give_back, mapped_ranges
 
 LOG = logging.getLogger(__name__)
 INFERENCE_FORMAT = "anemo_like-inference-v1"
@@ -89,27 +90,35 @@ def saved_normalizer(saved: dict[str, Any]) -> Normalizer:
 
 
 def load_inference_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> InferenceBundle:
-    """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``."""
+    """Rebuild the model from an inference checkpoint (``weights_only=True``), in eval mode on ``device``. The weights
+    are mapped from the file (one copy in memory, read as first used), not copied into a model built beside them."""
     path = Path(path)
     missing = f"inference checkpoint {path} does not exist"
     checkpoint_file(path, key="checkpoint", formats=("inference",), missing=missing)
-    state: dict[str, Any] = load_weights_only(path, what="inference checkpoint")
+    state: dict[str, Any] = load_weights_only(path, what="inference checkpoint", mmap=True)
     if not isinstance(state, dict) or state.get("format") != INFERENCE_FORMAT:
         raise ValueError(f"{path} is not an anemo_like inference checkpoint (expected format {INFERENCE_FORMAT})")
-    check_finite_weights(state["state_dict"], path, what="inference checkpoint")
+    mapped = mapped_ranges(path)  # the file's tensors are read where they are used: the check gives its reads back
+    check_finite_weights(
+        state["state_dict"], path, what="inference checkpoint", after_each=lambda t: give_back([t], mapped)
+    )
     version = state.get("package_version")
     config = stored_run_config(state["config"], path, what="inference checkpoint", version=version)
     config = config.model_copy(update={"model": with_graph_backend_from_environment(config.model)})
     graph = graph_from_tensors(state["graph"])
     layout = VariableLayout(**state["layout"])
-    model = ForecastModel(
-        config=config.model,
-        graph=graph,
-        layout=layout,
-        multistep=config.training.multistep_input,
-        output_steps=config.training.multistep_output,
-    )
-    model.load_state_dict(state["state_dict"])
+    with torch.device("meta"):  # parameters without memory or initialisation: the file's tensors take their place
+        model = ForecastModel(
+            config=config.model,
+            graph=graph,
+            layout=layout,
+            multistep=config.training.multistep_input,
+            output_steps=config.training.multistep_output,
+        )
+    model.load_state_dict(state["state_dict"], assign=True)
+    empty = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if empty:
+        raise ValueError(f"{path} is not a usable inference checkpoint: it holds no {', '.join(empty[:5])}")
     apply_inference_overrides(model)
     normalizer = saved_normalizer(state["normalizer"])
     metadata = json.loads(state.get("variables_metadata", "{}"))

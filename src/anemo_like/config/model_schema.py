@@ -7,7 +7,8 @@
   mapper has no destination chunks and the count is instead the minimum number of edge blocks of its attention.
 - ``model.processor.num_chunks``: checkpoint segments, groups of consecutive layers recomputed together in backward.
 - In eval mode (inference) ``ANEMOI_INFERENCE_NUM_CHUNKS_MAPPER`` replaces the mappers' destination-chunk count and
-  ``ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR`` sets the processor's edge-block minimum: each layer's edges split into
+  ``ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR`` sets the processor's destination chunks: each layer computes keys and
+  values once, then runs the rest a chunk of destination nodes at a time; sharded, each layer's edges split into
   at least that many blocks by the ``torch`` attention backend (``ANEMOI_INFERENCE_NUM_CHUNKS`` sets both;
   ``runtime.inference_environment`` reads them).
 """
@@ -155,7 +156,7 @@ class ProcessorConfig(Strict):
         2,
         description="checkpoint segments: groups of consecutive layers recomputed together in backward (at most "
         "num_layers; default min(2, num_layers)); auto: fit the memory budget. Not an edge split: in eval mode "
-        "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR sets the minimum number of edge blocks per layer",
+        "ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR sets destination chunks per layer",
     )
     gradient_checkpointing: bool | Literal["auto"] = Field(
         True,

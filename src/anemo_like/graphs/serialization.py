@@ -80,8 +80,9 @@ def tensors_fingerprint(tensors: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_weights_only(path: Path, *, what: str) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU; ``what`` names the expected content in errors.
+def load_weights_only(path: Path, *, what: str, mmap: bool = False) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU; ``what`` names the expected content in errors; ``mmap``:
+    the tensors are mapped from the file, read as they are first used.
 
     A file that is not a complete ``torch.save`` archive, or that holds pickled code (which ``weights_only``
     refuses to run), raises ValueError naming the file: never a loader traceback, never a hint to load it unsafely.
@@ -96,7 +97,7 @@ def load_weights_only(path: Path, *, what: str) -> Any:
             "of file)"
         )
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         blocked = re.search(r"GLOBAL ([\w.]+)", str(error))
         if blocked:

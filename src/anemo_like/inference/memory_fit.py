@@ -31,7 +31,7 @@ DAY = datetime.timedelta(days=1)
 BUDGET_KEY = "memory_budget_gb"
 
 
-def _sizes(config: InferenceConfig, inputs: ForecastInputs) -> list[Size]:
+def forecast_sizes(config: InferenceConfig, inputs: ForecastInputs) -> list[Size]:
     """Batch, members, initial dates and lead steps, in the order a refusal names them (the batch first: lowering it
     changes no forecast). A lead time of a day or more is cut to whole days where the model step divides a day."""
     dates, key = len(inputs.init_indices), "dates" if config.dates is not None else "date_range"
@@ -76,7 +76,8 @@ class ForecastMemory:
         """The sizes of ``inputs`` and the forward of ``bundle``'s model, in ``config``'s precision."""
         model, itemsize = bundle.model, DTYPES[config.precision].itemsize
         models = component_models(bundle.config.model, bundle.graph, 1)  # one fp32 row
-        chunks = (mapper.eval_num_chunks or mapper.num_chunks for mapper in (model.encoder, model.decoder))
+        chunks = [mapper.eval_num_chunks or mapper.num_chunks for mapper in (model.encoder, model.decoder)]
+        chunks.append(getattr(model.processor, "eval_num_chunks", None) or 1)
         return cls(
             ranks=ranks,
             points=inputs.store.shape[-1],
@@ -122,7 +123,7 @@ def check_forecasts_fit(
     device: torch.device,
 ) -> None:
     """Raise ValueError naming batch_size, members, the initial dates or lead_time when the forecasts cannot fit."""
-    sizes, memory = _sizes(config, inputs), ForecastMemory.of(config, bundle, inputs, ranks)
+    sizes, memory = forecast_sizes(config, inputs), ForecastMemory.of(config, bundle, inputs, ranks)
     values = {size.key: size.value for size in sizes}
     forecast = (
         f"the forecast of {_count(values[DATES], 'initial date')} x {_count(config.members, 'member')} x "

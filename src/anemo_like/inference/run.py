@@ -14,6 +14,7 @@ from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
+from anemo_like.inference.forecast_plan import apply_forecast_plan, plan_forecast
 from anemo_like.inference.grib_output import GribPlan, prepare_grib, write_grib
 from anemo_like.inference.inputs import ForecastInputs, open_inputs, open_truth
 from anemo_like.inference.memory_fit import check_forecasts_fit
@@ -129,6 +130,8 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint, truth=truth)
     plot_variable = _check_verification(config, inputs)
     grib = prepare_grib(config, bundle=bundle, inputs=inputs, output=output, checkpoint=checkpoint, dataset=truth)
+    if (plan := plan_forecast(config, bundle=bundle, inputs=inputs, ranks=ranks)) is not None:
+        apply_forecast_plan(plan, bundle.model, checkpoint, config.memory_budget_gb)
     check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
         "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, %s",

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from anemo_like.models.mlp import MLP
 from anemo_like.models.noise import apply_norm, layer_norm
-from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.chunking import DestinationChunk, SortedEdges
 from anemo_like.models.ops.graph_attention import GRAPH_ATTENTION_BACKENDS
 from anemo_like.models.sharding import HeadSplit
 
@@ -88,3 +88,34 @@ class GraphTransformerBlock(nn.Module):
             attended = heads.to_nodes(attended)
         out = x_dst + self.projection(attended.flatten(-2) + self.lin_self(h_dst))
         return out + self.mlp(apply_norm(self.norm_mlp, out, cond))
+
+    def forward_in_chunks(
+        self, x: Tensor, edge_attr: Tensor, chunks: list[DestinationChunk], cond: Tensor | None = None
+    ) -> Tensor:
+        """:meth:`forward` over one node set (a processor layer) without gradients, a destination chunk at a time:
+        keys and values of every node once, then each chunk's queries, attention, projections and MLP. Holds four
+        node-sized tensors (input, keys, values, output) besides one chunk's, instead of about a dozen.
+
+        x: (B, N, C), edge_attr: (E, edge_dim) of the edges the chunks cut, ``cond`` (B, N, C) -> (B, N, C)."""
+        h = apply_norm(self.norm_dst, x, cond)
+        k, v = self._heads(self.lin_key(h)), self._heads(self.lin_value(h))
+        del h
+        out = torch.empty_like(x)
+        weight, bias = self.lin_edge.weight, self.lin_edge.bias
+        for chunk in chunks:
+            rows = slice(chunk.dst_start, chunk.dst_stop)
+            x_rows, cond_rows = x[:, rows], None if cond is None else cond[:, rows]
+            h_rows = apply_norm(self.norm_dst, x_rows, cond_rows)
+            attended = self.attention(
+                self._heads(self.lin_query(h_rows)),
+                k.index_select(1, chunk.src_index),
+                v.index_select(1, chunk.src_index),
+                edge_attr[chunk.edge_start : chunk.edge_stop],
+                weight,
+                bias,
+                chunk.edges,
+                block_elements=self.block_elements,
+            )
+            updated = x_rows + self.projection(attended.flatten(-2) + self.lin_self(h_rows))
+            out[:, rows] = updated + self.mlp(apply_norm(self.norm_mlp, updated, cond_rows))
+        return out

@@ -89,14 +89,17 @@ class ForecastModel(nn.Module):
             out_channels=output_steps * layout.num_output,
             sources_sharded=True,
         )
-        self.register_buffer("prognostic_input", torch.tensor(layout.prognostic_input, dtype=torch.long))
-        self.register_buffer("prognostic_output", torch.tensor(layout.prognostic_output, dtype=torch.long))
-        floor = torch.full((layout.num_output,), -torch.inf)
+        here = graph["data"].x.device  # the layout's buffers beside the graph's, also when built on the meta device
+        self.register_buffer("prognostic_input", torch.tensor(layout.prognostic_input, dtype=torch.long, device=here))
+        self.register_buffer("prognostic_output", torch.tensor(layout.prognostic_output, dtype=torch.long, device=here))
+        floor = torch.full((layout.num_output,), -torch.inf, device=here)
         for index, value in layout.relu_floor.items():
             floor[index] = value
         # derived from the layout, which checkpoints store: not saved (its -inf would read as a diverged weight)
         self.register_buffer("output_floor", floor if layout.relu_floor else None, persistent=False)
-        self.imputer = Imputer(imputed=layout.imputed, restored=layout.restored) if layout.imputed else None
+        self.imputer = (
+            Imputer(imputed=layout.imputed, restored=layout.restored, device=here) if layout.imputed else None
+        )
         self.num_hidden = graph["hidden"].num_nodes
         self.noise_embedding = None
         if config.noise is not None:

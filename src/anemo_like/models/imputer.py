@@ -12,17 +12,21 @@ class Imputer(nn.Module):
     sets NaN in the ``restored`` outputs (output position -> input position) where that input was NaN in the first
     input state. Its buffers derive from the layout, which checkpoints store, so they are not saved."""
 
-    def __init__(self, *, imputed: dict[int, float], restored: dict[int, int]) -> None:
+    def __init__(self, *, imputed: dict[int, float], restored: dict[int, int], device: torch.device) -> None:
         super().__init__()
         positions = sorted(imputed)
-        self.register_buffer("fill_index", torch.tensor(positions, dtype=torch.long), persistent=False)
+        self.register_buffer("fill_index", torch.tensor(positions, dtype=torch.long, device=device), persistent=False)
         self.register_buffer(
-            "fill_value", torch.tensor([imputed[p] for p in positions], dtype=torch.float32), persistent=False
+            "fill_value",
+            torch.tensor([imputed[p] for p in positions], dtype=torch.float32, device=device),
+            persistent=False,
         )
         outputs = sorted(restored)
-        self.register_buffer("restore_output", torch.tensor(outputs, dtype=torch.long), persistent=False)
+        self.register_buffer("restore_output", torch.tensor(outputs, dtype=torch.long, device=device), persistent=False)
         self.register_buffer(
-            "restore_input", torch.tensor([restored[p] for p in outputs], dtype=torch.long), persistent=False
+            "restore_input",
+            torch.tensor([restored[p] for p in outputs], dtype=torch.long, device=device),
+            persistent=False,
         )
 
     def fill(self, x: Tensor) -> tuple[Tensor, Tensor]:

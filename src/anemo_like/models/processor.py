@@ -19,7 +19,7 @@ from anemo_like.config.schema import ModelConfig, ShardStrategy
 from anemo_like.models.block import GraphTransformerBlock
 from anemo_like.models.edge_features import EdgeFeatures
 from anemo_like.models.ops.checkpointing import run_layer_segments
-from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.chunking import DestinationChunk, SortedEdges
 from anemo_like.models.ops.collectives import HaloPlan, halo_exchange, plan_halo
 from anemo_like.models.ops.window_attention import Backend
 from anemo_like.models.sharding import HeadSplit, ModelShard
@@ -39,15 +39,19 @@ class _ProcessorLayer(nn.Module):
         *,
         edge_attr: Tensor,
         edges: SortedEdges,
-        min_blocks: int,
-        halo: HaloPlan | None,
-        heads: HeadSplit | None,
-        shard: ModelShard,
+        min_blocks: int = 1,
+        halo: HaloPlan | None = None,
+        heads: HeadSplit | None = None,
+        shard: ModelShard | None = None,
         cond: Tensor | None = None,
         cond_src: Tensor | None = None,
+        chunks: list[DestinationChunk] | None = None,
     ) -> Tensor:
         """x: (B, n, C), this rank's node block; with ``halo``, edge sources index ``cat([x, halo rows])``;
-        ``cond`` / ``cond_src``: the noise conditioning of the block's rows / of the sources."""
+        ``cond`` / ``cond_src``: the noise conditioning of the block's rows / of the sources; ``chunks``: run a
+        destination chunk at a time (one rank, no gradients: :meth:`GraphTransformerBlock.forward_in_chunks`)."""
+        if chunks is not None:
+            return self.block.forward_in_chunks(x, edge_attr, chunks, cond)
         x_src = x
         if halo is not None:
             x_src = torch.cat([x, halo_exchange(x, shard.group, halo.send_index, halo.recv_counts)], dim=1)
@@ -81,7 +85,7 @@ class GraphTransformerProcessor(nn.Module):
         super().__init__()
         self.num_nodes = num_nodes
         self.num_chunks = num_chunks
-        self.eval_min_blocks: int | None = None  # eval-mode edge blocks, set at setup (runtime.inference_environment)
+        self.eval_num_chunks: int | None = None  # eval-mode destination chunks, set at setup (runtime)
         self.gradient_checkpointing = gradient_checkpointing
         self.shard_strategy = shard_strategy
         self.shard = ModelShard()
@@ -149,9 +153,16 @@ class GraphTransformerProcessor(nn.Module):
         """x: (B, n, C) -> (B, n, C), this rank's block of the hidden nodes (all of them on one rank); ``cond``
         (B, n, C): the noise conditioning of those nodes (conditional processors only).
 
-        In eval mode ``eval_min_blocks`` (when set) splits each layer's edges into at least that many destination
-        blocks (``torch`` attention backend).
+        In eval mode ``eval_num_chunks`` (when set) runs each layer a contiguous chunk of destination nodes at a time
+        (keys and values once; on one rank without gradients), or, sharded, splits each layer's edges into at least
+        that many destination blocks (``torch`` attention backend).
         """
+        chunks = None if self.training else self.eval_num_chunks
+        if chunks and chunks > 1 and self.shard.size == 1 and not torch.is_grad_enabled():
+            plan, edge_attr, edges = self.edges.chunks(chunks), self.edges(), self.edges.sorted_edges()
+            for layer in self.layers:
+                x = layer(x, edge_attr=edge_attr, edges=edges, cond=cond, chunks=plan)
+            return x
         shard, halo, heads = self.shard, None, None
         if shard.size > 1 and self.shard_strategy == "edges":
             halo, edges, edge_slice = self._halo_edges()
@@ -169,7 +180,7 @@ class GraphTransformerProcessor(nn.Module):
             checkpointing=self.gradient_checkpointing and self.training,
             edge_attr=edge_attr,
             edges=edges,
-            min_blocks=1 if self.training else self.eval_min_blocks or 1,
+            min_blocks=1 if self.training else self.eval_num_chunks or 1,
             halo=halo,
             heads=heads,
             shard=shard,

@@ -112,7 +112,7 @@ def _check_chunks_fit(model: nn.Module, overrides: InferenceOverrides) -> None:
             what = "chunks than the {} destination nodes of the {}"
         elif isinstance(module, GraphTransformerProcessor):
             count, nodes, variable = overrides.processor_chunks, module.num_nodes, overrides.processor_chunks_variable
-            what = "edge blocks than the {} nodes of the {}"
+            what = "chunks than the {} nodes of the {}"
         else:
             continue
         if count is not None and count > nodes:
@@ -131,7 +131,7 @@ def apply_inference_overrides(model: nn.Module, overrides: InferenceOverrides | 
         if isinstance(module, GraphTransformerMapper):
             module.eval_num_chunks = overrides.mapper_chunks
         elif isinstance(module, GraphTransformerProcessor):
-            module.eval_min_blocks = overrides.processor_chunks
+            module.eval_num_chunks = overrides.processor_chunks
         elif isinstance(module, SlidingWindowTransformerLayer):
             module.eval_backend = overrides.transformer_backend
     return model

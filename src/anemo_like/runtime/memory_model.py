@@ -68,6 +68,11 @@ EVAL_ROWS_PER_SOURCE = 6.0
 EVAL_PROCESSOR_ROWS = 12.0
 """Live rows per hidden node of the processor in a forward without gradients, with the latent tensors around it
 (measured 9.3)."""
+EVAL_CHUNKED_PROCESSOR_ROWS = 6.0
+"""... in destination chunks (``ANEMOI_INFERENCE_NUM_CHUNKS_PROCESSOR``): the layer's input, keys, values and output
+and the latent tensors around the processor, per hidden node, besides one chunk's rows (destination rows as a
+mapper chunk's, 2 per source: its gathered keys and values)."""
+EVAL_CHUNK_ROWS_PER_SOURCE = 2.0
 
 DESTINATION_WORK = 11.0
 """Forward work per destination row: query and output projections, the MLP (8, hidden ratio 4), embedding."""
@@ -154,12 +159,20 @@ class ProcessorModel:
     """Costs of the processor, per checkpoint segment count and recomputation."""
 
     def __init__(
-        self, num_layers: int, num_hidden: int, num_edges: int, row_bytes: int, conditional: bool = False
+        self,
+        num_layers: int,
+        num_hidden: int,
+        num_edges: int,
+        row_bytes: int,
+        conditional: bool = False,
+        edges: SortedEdges | None = None,
     ) -> None:
-        """``conditional``: noise-conditioned LayerNorms (an ensemble model's processor)."""
+        """``conditional``: noise-conditioned LayerNorms (an ensemble model's processor); ``edges``: the graph
+        processor's (its eval-mode destination chunks; None: a sliding-window processor, never chunked)."""
         self.num_layers, self.num_hidden, self.row_bytes = num_layers, num_hidden, row_bytes
         self.work = num_layers * (PROCESSOR_NODE_WORK * num_hidden + EDGE_WORK * num_edges)
         self.norm_rows = CONDITIONAL_NORM_ROWS_PER_LAYER if conditional else 0.0
+        self._chunks = cache(lambda n: plan_destination_chunks(edges, n)) if edges is not None else None
 
     def cost(self, checkpointing: bool, num_chunks: int) -> ComponentCost:
         if checkpointing:
@@ -172,9 +185,15 @@ class ProcessorModel:
         rows = self.num_hidden * self.row_bytes
         return ComponentCost("processor", checkpointing, num_chunks, int(peak * rows), int(saved * rows), self.work)
 
-    def eval_bytes(self) -> int:
-        """Peak bytes of a forward without gradients (validation)."""
-        return int(EVAL_PROCESSOR_ROWS * self.num_hidden * self.row_bytes)
+    def eval_bytes(self, num_chunks: int = 1) -> int:
+        """Peak bytes of a forward without gradients (validation, inference) in ``num_chunks`` destination chunks."""
+        if num_chunks == 1 or self._chunks is None:
+            return int(EVAL_PROCESSOR_ROWS * self.num_hidden * self.row_bytes)
+        chunk = max(
+            EVAL_ROWS_PER_DESTINATION * (c.dst_stop - c.dst_start) + EVAL_CHUNK_ROWS_PER_SOURCE * c.src_index.numel()
+            for c in self._chunks(num_chunks)
+        )
+        return int((EVAL_CHUNKED_PROCESSOR_ROWS * self.num_hidden + chunk) * self.row_bytes)
 
 
 def component_models(
@@ -183,15 +202,21 @@ def component_models(
     """The cost model of each component of ``config`` on ``graph``."""
     row_bytes = batch_size * config.num_channels * 4
     num_hidden = graph["hidden"].num_nodes
+    graph_edges = PROCESSOR_EDGES in graph.edge_types
     processor_edges = (
         graph[PROCESSOR_EDGES].edge_index.shape[1]
-        if PROCESSOR_EDGES in graph.edge_types
+        if graph_edges
         else num_hidden * (2 * config.processor.window_size + 1)  # sliding window: every node's neighbours
     )
     return {
         "encoder": MapperModel("encoder", SortedEdges(graph[ENCODER_EDGES].edge_index, num_hidden), row_bytes),
         "processor": ProcessorModel(
-            config.processor.num_layers, num_hidden, processor_edges, row_bytes, conditional=config.noise is not None
+            config.processor.num_layers,
+            num_hidden,
+            processor_edges,
+            row_bytes,
+            conditional=config.noise is not None,
+            edges=SortedEdges(graph[PROCESSOR_EDGES].edge_index, num_hidden) if graph_edges else None,
         ),
         "decoder": MapperModel(
             "decoder", SortedEdges(graph[DECODER_EDGES].edge_index, graph["data"].num_nodes), row_bytes
@@ -199,11 +224,13 @@ def component_models(
     }
 
 
-def eval_peak_bytes(models: dict[str, MapperModel | ProcessorModel], encoder_chunks: int, decoder_chunks: int) -> int:
-    """Activation peak of a forward without gradients (validation, inference): the processor's, or a mapper's in
-    its chunk count, whichever is larger."""
+def eval_peak_bytes(
+    models: dict[str, MapperModel | ProcessorModel], encoder_chunks: int, decoder_chunks: int, processor_chunks: int = 1
+) -> int:
+    """Activation peak of a forward without gradients (validation, inference): the processor's or a mapper's in its
+    chunk count, whichever is larger."""
     return max(
-        models["processor"].eval_bytes(),
+        models["processor"].eval_bytes(processor_chunks),
         models["encoder"].eval_bytes(encoder_chunks),
         models["decoder"].eval_bytes(decoder_chunks),
     )
