@@ -10,16 +10,17 @@ import subprocess
 import sys
 
 import pytest
-from bad_input_helpers import config_error, run_cli
+from bad_input_helpers import assert_cli_cases, config_error, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from inference_helpers import config_error as infer_config_error
 from inference_helpers import documented
+from omegaconf import OmegaConf
 
 from anemo_like.cli.overrides import check_overrides, composition_error
 from anemo_like.cli.sync import main as anemo_sync
 from anemo_like.config import ConfigError, config_dir
-from anemo_like.config.inference import inference_config_dir
+from anemo_like.config.inference import inference_config_dir, validate_inference_config
 from anemo_like.config.yaml_errors import config_dirs
 
 PREFIX = "invalid configuration:\n  "
@@ -353,3 +354,36 @@ def test_anemo_sync_checks_the_tracking_uri_too(tmp_path, capsys) -> None:
     assert stop.value.code == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert error == f"anemo-sync: error: argument --tracking-uri: 'htp://x': unknown scheme 'htp'; {URI_HINT}"
+
+
+def test_an_interpolation_that_names_nothing_is_one_line(tmp_path) -> None:
+    """``${...}`` naming no key (or no environment variable) is resolved after composing: one line, exit 2."""
+    assert_cli_cases(
+        tmp_path,
+        {
+            "key": (
+                ["training.seed=${oops}"],
+                2,
+                "invalid configuration:\n  config key 'training.seed' = '${oops}': Interpolation key 'oops' not found; "
+                "give a value, or ${section.key} naming a key that exists",
+            ),
+            "environment": (["training.seed=${oc.env:ANEMO_NO_SUCH_VARIABLE}"], 2, "config key 'training.seed' = "),
+        },
+    )
+    documented(
+        "config key 'training.seed' = '${oops}': Interpolation key 'oops' not found; give a value, or ${section.key} "
+        "naming a key that exists"
+    )
+
+
+def test_dates_given_on_the_command_line_replace_the_config_files_date_range() -> None:
+    """The quickstart inference config sets a date_range: ``dates=`` on the command line replaces it (and
+    ``date_range.start=`` a dates list), instead of a refusal of both."""
+    from anemo_like.cli.infer import dates_given_win
+
+    for given, kept in ((["dates=[2000-11-05T00]"], "dates"), (["date_range.start=2000-11-05T00"], "date_range")):
+        arguments = ["checkpoint=x.pt", "output=f.nc", *dates_given_win(given)]
+        with initialize_config_dir(config_dir=str(inference_config_dir()), version_base="1.3"):
+            cfg = compose(config_name="quickstart", overrides=arguments)
+        config = validate_inference_config(OmegaConf.to_container(cfg, resolve=True))
+        assert (config.dates is not None, config.date_range.start is not None) == (kept == "dates", kept != "dates")

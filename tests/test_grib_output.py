@@ -323,3 +323,25 @@ def test_grib_write_benchmark_reports_both_formats() -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["plan_kind"] == "reduced_gg" and report["messages"] == 14 and report["points"] == 10944
     assert report["grib_s"] > 0 and report["netcdf_s"] > 0 and 0 < report["grib_mib"] < report["netcdf_mib"]
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 8, 16])
+def test_every_value_is_within_the_documented_packing_precision(bits, tmp_path) -> None:
+    """Simple packing rounds to steps of at most 2 (max - min) / (2^bits - 1): every value within (max - min) /
+    (2^bits - 1) of what was written, as docs/inference.md says, at any number of bits."""
+    grid = regular_grid(32, 64)
+    latitudes, longitudes, grib = grid.latitudes, grid.longitudes, GribConfig(bits_per_value=bits)
+    plan = grib_plan(tmp_path / "p.grib", keys={"sp": KEYS["sp"]}, latitudes=latitudes, longitudes=longitudes,
+                     grib=grib, members=1, ensemble_stats=False)  # fmt: skip
+    fields = np.random.default_rng(bits).normal(1.0e5, 800.0, size=(1, 1, 6, latitudes.size, 1)).astype(np.float32)
+    inputs = SimpleNamespace(
+        store=SimpleNamespace(latitudes=latitudes, longitudes=longitudes, attrs={}, path="x"),
+        roles=SimpleNamespace(output=["sp"], prognostic=["sp"]),
+        steps=6,
+        step=np.timedelta64(6, "h").item(),
+        init_dates=np.array(["2000-01-01T00"], dtype="datetime64[s]"),
+    )
+    write_grib(forecast_dataset(fields, inputs, checkpoint=Path("x.pt"), precision="fp32"), plan)
+    for message, written in zip(messages(plan.path), fields[0, 0, :, :, 0].astype(np.float64), strict=True):
+        span = written.max() - written.min()
+        assert np.abs(message["values"] - written).max() <= span / (2**bits - 1) * (1 + 1e-6)

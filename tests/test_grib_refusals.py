@@ -48,6 +48,27 @@ def test_a_parameter_ecCodes_does_not_know(skilled, tmp_path) -> None:
     documented(message)
 
 
+def test_two_variables_of_one_grib_field_are_refused(skilled, tmp_path) -> None:
+    """A table that maps two variables to one field would write two messages of it per step and none of the other."""
+    table = [entry for entry in GRIB_TABLE if not entry.startswith("+grib.variables.u_850=")]
+    message = refusal(skilled, tmp_path, *table, "+grib.variables.u_850={param: t, levtype: pl, levelist: 850}")
+    assert message == (
+        "the variables t_850 and u_850 map to one GRIB field (t, levtype pl, level 850), so one would hide the "
+        "other; give each its own MARS keys (check grib.variables.t_850 and grib.variables.u_850)"
+    )
+    documented(message)
+
+
+def test_encoding_keys_that_leave_unwritable_messages_are_refused_at_setup(skilled, tmp_path) -> None:
+    message = refusal(skilled, tmp_path, *GRIB_TABLE, "+grib.encoding.edition=1")
+    assert message == (
+        "grib.encoding (class='ml', expver='0001', edition=1): ecCodes cannot write anemo-infer's messages with these "
+        "keys (Key/value not found); anemo-infer writes GRIB2 with ECMWF's local definition: remove the key that "
+        "changes the message's layout (edition, ...)"
+    )
+    documented(message)
+
+
 @pytest.mark.parametrize(
     "override, expected",
     [

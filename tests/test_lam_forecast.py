@@ -12,7 +12,7 @@ import xarray as xr
 from bad_input_helpers import TINY_DATA
 from conftest import TINY_MODEL
 from hydra import compose, initialize_config_dir
-from inference_helpers import infer_config, setup_error
+from inference_helpers import documented, infer_config, setup_error
 from omegaconf import OmegaConf
 from regional_helpers import box_grid, global_grid, write_store
 
@@ -95,16 +95,37 @@ def test_boundary_values_are_the_forced_ones_exactly_and_drive_the_interior(lam)
 
 
 def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:
-    path = lam["root"] / "short.nc"
-    global_forecast(lam, path).isel(step=[0]).to_netcdf(lam["root"] / "one_step.nc")
-    config = infer_config(lam["checkpoint"], f"dates=[{INIT}]", "lead_time=12h", f"output={lam['root'] / 'x.nc'}")
-    one_step = config.model_copy(update={"boundary": str(lam["root"] / "one_step.nc")})
-    with pytest.raises(ValueError, match="has no step 12h"):
-        run_inference(one_step)
-    later = config.model_copy(update={"dates": ["2000-01-04T06"], "boundary": str(path)})
-    with pytest.raises(ValueError, match="no forecast from 2000-01-04T06:00:00"):
-        run_inference(later)
-    missing = config.model_copy(update={"boundary": str(lam["root"] / "absent.nc")})
+    """Checked at set-up, before any forecast runs, each with its row in docs/errors.md."""
+    root = lam["root"]
+    driver = global_forecast(lam, root / "global.nc")
+    driver.isel(step=[0]).to_netcdf(root / "one_step.nc")
+    nan = driver.copy(deep=True)
+    nan["t_850"].values[0, 1, :3] = np.nan
+    nan.to_netcdf(root / "nan.nc")
+    (root / "global.grib").write_bytes(b"GRIB")
+    forecast(lam, "own")  # the model's own regional forecast
+    config = infer_config(lam["checkpoint"], f"dates=[{INIT}]", "lead_time=12h", f"output={root / 'x.nc'}")
+    cases = {
+        "one_step.nc": "its forecast from 2000-01-04T00:00:00 reaches 6h, this forecast needs every step to 12h "
+        "(missing 12h); run the global model as far",
+        "nan.nc": "t_850 holds NaN or inf in its forecast from 2000-01-04T00:00:00 at step 12h; drive the boundary "
+        "with a complete forecast",
+        "global.grib": "a GRIB file; give a global model's forecast written by anemo-infer as netCDF or zarr "
+        "(output=FILE.nc)",
+        "own.nc": "a forecast on this model's own grid (its 121 points), not a global one: the boundary must come "
+        "from a forecast of a global model that covers the region",
+    }
+    for name, expected in cases.items():
+        message = setup_error(config.model_copy(update={"boundary": str(root / name)}))
+        assert message == f"boundary {root / name}: {expected}", message
+        documented(message, FILE=root / name)
+    dataset = setup_error(config.model_copy(update={"boundary": str(lam["globe"])}))
+    assert dataset.startswith(f"boundary {lam['globe']}: an anemoi dataset, not a forecast")
+    documented(dataset, FILE=lam["globe"])
+    later = setup_error(config.model_copy(update={"dates": ["2000-01-04T06"], "boundary": str(root / "global.nc")}))
+    assert later.startswith(f"boundary {root / 'global.nc'}: no forecast from 2000-01-04T06:00:00")
+    assert not (root / "x.nc").exists()
+    missing = config.model_copy(update={"boundary": str(root / "absent.nc")})
     assert "no such file" in setup_error(missing)
     elsewhere = config.model_copy(update={"dataset": str(lam["box"])})
     assert "is a limited-area model, which starts from its own dataset" in setup_error(elsewhere)

@@ -28,8 +28,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from anemo_like.cli.overrides import check_overrides, composition_error
+from anemo_like.cli.overrides import check_overrides, composition_error, interpolation_error
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
 from anemo_like.config.yaml_errors import check_yaml_files, config_dirs
@@ -221,6 +222,9 @@ def _compose_and_run(
             config = validate(OmegaConf.to_container(cfg, resolve=True))
         except ConfigError as exc:
             LOG.error("%s", exc)
+            sys.exit(2)
+        except OmegaConfBaseException as exc:  # an interpolation (${...}) that names nothing
+            LOG.error("invalid configuration:\n  %s", interpolation_error(exc, cfg))
             sys.exit(2)
         if debug:
             run(config)

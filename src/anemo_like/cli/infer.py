@@ -27,11 +27,23 @@ def _infer(config: InferenceConfig) -> None:
         run(set_up_or_exit(lambda: prepare(config, runtime_mib=runtime_mib)))
 
 
+def dates_given_win(argv: list[str]) -> list[str]:
+    """``argv`` where the initial dates given on the command line replace the config file's other way of giving
+    them: ``dates=[...]`` clears a ``date_range`` the file sets, ``date_range.start=`` a ``dates`` list (both given on
+    the command line: refused by the config check)."""
+    keys = {a.lstrip("+~").partition("=")[0] for a in argv if "=" in a}
+    if "dates" in keys and not any(k.startswith("date_range") for k in keys):
+        return [*argv, "date_range.start=null", "date_range.end=null"]
+    if "date_range.start" in keys and "dates" not in keys:
+        return [*argv, "dates=null"]
+    return argv
+
+
 def main() -> None:
     run_hydra_command(
         "anemo-infer",
         _infer,
-        sys.argv[1:],
+        dates_given_win(sys.argv[1:]),
         config_path=inference_config_dir(),
         default_config="default",
         validate=validate_inference_config,

@@ -13,11 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from anemo_like.config import ConfigError
 
@@ -142,3 +145,13 @@ def composition_error(error: HydraException, argv: Sequence[str]) -> str:
     first = message.strip().splitlines()[0] if message.strip() else type(error).__name__
     options = getattr(error, "options", None) if isinstance(error, MissingConfigException) else None
     return f"Hydra cannot compose the config: {first}" + (f" (options: {', '.join(options)})" if options else "")
+
+
+def interpolation_error(error: OmegaConfBaseException, cfg: DictConfig) -> str:
+    """The line of an interpolation (``${...}``) the config cannot resolve: the key, its text and why."""
+    key = getattr(error, "full_key", None) or ""
+    raw: Any = OmegaConf.to_container(cfg, resolve=False)
+    for part in key.split("."):
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"config key '{key}' = {raw!r}: {reason}; give a value, or ${{section.key}} naming a key that exists"

@@ -101,7 +101,9 @@ class MarsKeys(Strict):
 class GribConfig(Strict):
     """How ``output=*.grib`` encodes the forecast and how ``input=*.grib`` files are matched (docs/inference.md)."""
 
-    bits_per_value: int = Field(16, ge=1, le=32, description="simple packing precision: range / 2**bits per value")
+    bits_per_value: int = Field(
+        16, ge=1, le=32, description="simple packing precision: each value within range / (2**bits - 1)"
+    )
     encoding: dict[str, str | int] = Field(
         default_factory=lambda: {"class": "ml", "expver": "0001"},
         description="GRIB keys set on every message (class, stream, expver, centre, ...); stream defaults to oper, "
@@ -155,8 +157,10 @@ class InferenceConfig(Strict):
     memory_budget_gb: float | None = Field(
         None,
         gt=0,
-        description="memory the forecasts may use (held until the write, and a batch through the model); null: what "
-        "the device has (CPU: MemAvailable, within RLIMIT_AS; GPU: its total memory, the held forecast the host's)",
+        description="memory the run may use; on a CPU it plans the mapper and processor chunks and whether the "
+        "weights are read from the checkpoint part by part (the fastest plan predicted to fit; docs/memory.md); a "
+        "forecast that cannot fit is refused; null: what the device has (CPU: MemAvailable, within RLIMIT_AS; GPU: "
+        "its total memory, the held forecast the host's), no plan",
     )
     num_gpus_per_model: int | None = Field(
         None,

@@ -9,6 +9,7 @@ linearly on the sphere to the boundary points.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.point_masks import BOUNDARY, point_mask
 from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.inference.state_source import StateSource, describe
+
+GRIB_SUFFIXES = (".grib", ".grib1", ".grib2", ".grb", ".grb2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +46,36 @@ class BoundaryForcing:
         if self.fields is None:
             return self._dataset_values(valid, forced[inside])
         return self._file_values(init, valid)[:, inside]
+
+    def check_covers(self, inits: np.ndarray, step: np.timedelta64, steps: int) -> None:
+        """Before any forecast runs: the file holds a forecast from each of ``inits`` with every lead time (``steps``
+        of ``step``), finite at the boundary; ValueError names the file and what is missing."""
+        if self.fields is None:
+            return
+        times = self.fields["time"].values.astype("datetime64[s]")
+        held = self.fields["step"].values.astype("timedelta64[s]")
+        needed = np.arange(1, steps + 1) * step.astype("timedelta64[s]")
+        for init in inits:
+            if init not in times:
+                raise ValueError(
+                    f"boundary {self.file}: no forecast from {init} (it holds initial dates "
+                    f"{', '.join(map(str, times))}); run the global model from the same initial date"
+                )
+            short = [f"{int(s // np.timedelta64(1, 'h'))}h" for s in needed if s not in held]
+            if short:
+                reach = f"{int(held.max() // np.timedelta64(1, 'h'))}h" if held.size else "no step"
+                raise ValueError(
+                    f"boundary {self.file}: its forecast from {init} reaches {reach}, this forecast needs every step "
+                    f"to {short[-1]} (missing {', '.join(short)}); run the global model as far"
+                )
+        for name in self.names:
+            bad = ~np.isfinite(self.fields[name].values)
+            if bad.any():
+                t, k = (int(i) for i in np.argwhere(bad.any(axis=-1))[0])
+                raise ValueError(
+                    f"boundary {self.file}: {name} holds NaN or inf in its forecast from {times[t]} at step "
+                    f"{int(held[k] // np.timedelta64(1, 'h'))}h; drive the boundary with a complete forecast"
+                )
 
     def values(self, init: np.datetime64, valid: np.datetime64, grid: slice) -> np.ndarray:
         """:meth:`physical`, normalised."""
@@ -92,6 +125,13 @@ def boundary_forcing(
         return forcing
     file = Path(path).expanduser()
     fields = _open_global_forecast(file, names)
+    if fields["latitude"].size == store.latitudes.size and np.allclose(
+        (fields["latitude"].values, fields["longitude"].values), (store.latitudes, store.longitudes), atol=1e-6
+    ):
+        raise ValueError(
+            f"boundary {file}: a forecast on this model's own grid (its {store.latitudes.size} points), not a global "
+            "one: the boundary must come from a forecast of a global model that covers the region"
+        )
     try:
         interpolation = spherical_interpolator(
             fields["latitude"].values, fields["longitude"].values, store.latitudes[forced], store.longitudes[forced]
@@ -114,10 +154,23 @@ def _open_global_forecast(file: Path, names: list[str]) -> xr.Dataset:
     longitude, in memory; ValueError names what is missing."""
     if not file.exists():
         raise ValueError(f"boundary {file}: no such file; give a global forecast written by anemo-infer")
+    wanted = "give a global model's forecast written by anemo-infer as netCDF or zarr (output=FILE.nc)"
+    if file.suffix.lower() in GRIB_SUFFIXES:
+        raise ValueError(f"boundary {file}: a GRIB file; {wanted}")
+    if (
+        (file / "data").exists()
+        and (file / ".zattrs").exists()
+        and "variables" in json.loads((file / ".zattrs").read_text())
+    ):
+        raise ValueError(
+            f"boundary {file}: an anemoi dataset, not a forecast; {wanted}, or leave boundary unset: the forecast "
+            "then takes its boundary from its own dataset"
+        )
     try:
         fields = xr.open_zarr(file) if file.suffix == ".zarr" else xr.open_dataset(file)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"boundary {file}: cannot be read as a forecast of anemo-infer ({error})") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise ValueError(f"boundary {file}: cannot be read as a forecast of anemo-infer ({reason}); {wanted}") from None
     missing = [name for name in names if name not in fields]
     if missing or "latitude" not in fields.coords or "step" not in fields.dims:
         what = f"lacks the variable(s) {', '.join(missing)}" if missing else "is not a forecast of anemo-infer"

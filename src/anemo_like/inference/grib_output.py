@@ -117,8 +117,20 @@ def grib_plan(output: Path, *, keys: dict[str, MarsKeys], latitudes: np.ndarray,
         members=members,
         ensemble_stats=ensemble_stats,
     )
-    for handle in _templates(ec, plan).values():
-        ec.codes_release(handle)
+    try:
+        templates = _templates(ec, plan)
+        try:
+            _trial_messages(ec, plan, templates)
+        finally:
+            for handle in templates.values():
+                ec.codes_release(handle)
+    except ec.GribInternalError as error:  # the encoding keys leave messages the writer cannot fill
+        given = ", ".join(f"{k}={v!r}" for k, v in plan.encoding.items())
+        raise ValueError(
+            f"grib.encoding ({given}): ecCodes cannot write anemo-infer's messages with these keys ({error}); "
+            "anemo-infer writes GRIB2 with ECMWF's local definition: remove the key that changes the message's "
+            "layout (edition, ...)"
+        ) from None
     if plan.grid_file is not None:
         _check_grid_file(plan.grid_file, output)
     return plan
@@ -184,6 +196,21 @@ def _templates(ec: ModuleType, plan: GribPlan) -> dict[tuple[str, str], int]:
             ec.codes_release(handle)
         raise
     return handles
+
+
+def _trial_messages(ec: ModuleType, plan: GribPlan, templates: dict[tuple[str, str], int]) -> None:
+    """Encode one message of each template as the writer does (date, step, member, values), so that keys which
+    leave messages it cannot write are refused before the forecasts run."""
+    zeros = np.zeros(len(plan.latitudes))
+    for (_, kind), handle in templates.items():
+        ec.codes_set(handle, "dataDate", 20000101)
+        ec.codes_set(handle, "dataTime", 0)
+        ec.codes_set_string(handle, "stepUnits", "h")
+        ec.codes_set(handle, "step", 6)
+        if kind == "pf":
+            ec.codes_set(handle, "number", 1)
+        ec.codes_set_values(handle, zeros)
+        ec.codes_get_message(handle)
 
 
 def write_grib(dataset: xr.Dataset, plan: GribPlan) -> None:

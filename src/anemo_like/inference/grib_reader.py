@@ -51,6 +51,7 @@ class _Messages:
     def __init__(self, ec: ModuleType, path: Path, keys: Mapping[str, MarsKeys]) -> None:
         self.ec, self.path, self.keys = ec, path, keys
         self.fields: dict[tuple[str, np.datetime64], np.ndarray] = {}
+        self.units: dict[str, str] = {}  # each variable's unit (ecCodes' units key of its parameter)
         self.first: dict[tuple[str, np.datetime64], int] = {}  # the message number of each field
         self.grid: tuple[str, int, np.ndarray, np.ndarray] | None = None  # md5GridSection, message, lat, lon
 
@@ -73,6 +74,9 @@ class _Messages:
             values[values == ec.codes_get(handle, "missingValue")] = np.nan
         self.fields[name, time] = values.astype(np.float32)
         self.first[name, time] = number
+        unit = str(ec.codes_get(handle, "units"))
+        if unit not in ("", "unknown", "~"):
+            self.units[name] = unit
 
     def _check_grid(self, handle: Any, number: int, name: str) -> None:
         md5 = self.ec.codes_get(handle, "md5GridSection")
@@ -118,4 +122,4 @@ def read_grib(path: Path, keys: Mapping[str, MarsKeys]) -> FieldsRead:
         return FieldsRead(path, np.zeros(0), np.zeros(0), {})
     _, _, lat, lon = messages.grid
     labels = {name: describe_keys(k) for name, k in keys.items()}
-    return FieldsRead(path, lat, lon, messages.fields, labels)
+    return FieldsRead(path, lat, lon, messages.fields, labels, messages.units)

@@ -364,4 +364,6 @@ def open_inputs(
         restored=tuple(roles.output[i] for i in bundle.model.layout.restored),
     )
     _check_forcings_reach(inputs, lead_time=config.lead_time)
+    if boundary is not None:
+        boundary.check_covers(inputs.init_dates, np.timedelta64(int(step.total_seconds()), "s"), steps)
     return inputs

@@ -90,7 +90,24 @@ def resolve_mars_keys(
             f"no GRIB parameter for the variable(s) {', '.join(missing)}: none in {searched}; map each in "
             f"grib.variables, e.g. '+grib.variables.{missing[0]}={_guess(missing[0])}'"
         )
+    _check_distinct(keys, table)
     return keys
+
+
+def _check_distinct(keys: Mapping[str, MarsKeys], table: Mapping[str, MarsKeys]) -> None:
+    """Two variables of one GRIB field (param, levtype, level) would write (or read) one message for both: refused,
+    naming the grib.variables entries that did it."""
+    fields: dict[tuple[str, str, int | None], list[str]] = {}
+    for name, found in keys.items():
+        fields.setdefault((found.param, found.levtype, found.levelist), []).append(name)
+    for (param, levtype, level), names in fields.items():
+        if len(names) > 1:
+            mapped = [f"grib.variables.{name}" for name in names if name in table] or ["grib.variables"]
+            field = f"{param}, levtype {levtype}" + ("" if level is None else f", level {level}")
+            raise ValueError(
+                f"the variables {' and '.join(names)} map to one GRIB field ({field}), so one would hide the other; "
+                f"give each its own MARS keys (check {' and '.join(mapped)})"
+            )
 
 
 def _guess(name: str) -> str:

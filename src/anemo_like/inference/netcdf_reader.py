@@ -123,6 +123,7 @@ def read_netcdf(path: Path, names: list[str]) -> FieldsRead:
         ds, points, lat, lon = _grid(ds, path)
         fields: dict = {}
         source: dict = {}  # the variable of each field
+        units: dict[str, str] = {}
         for var in ds.data_vars.values():
             if not set(points) <= set(var.dims):
                 continue
@@ -135,4 +136,6 @@ def read_netcdf(path: Path, names: list[str]) -> FieldsRead:
                     )
                     raise ValueError(f"input {path} holds {key[0]} at {key[1]} twice ({held}); keep one")
                 fields[key], source[key] = values, var.name
-    return FieldsRead(path, lat, lon, fields)
+                if var.attrs.get("units") not in (None, ""):
+                    units[key[0]] = str(var.attrs["units"])
+    return FieldsRead(path, lat, lon, fields, units=units)

@@ -22,6 +22,7 @@ from anemo_like.inference.grib_reader import read_grib
 from anemo_like.inference.mars_keys import load_eccodes, resolve_mars_keys
 from anemo_like.inference.netcdf_reader import read_netcdf
 from anemo_like.inference.state_source import FieldsRead, FileStates
+from anemo_like.inference.units import to_model_units, usual_unit
 
 GRID_FORCINGS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "cos_latitude": lambda lat, lon: np.cos(np.deg2rad(lat)),
@@ -56,6 +57,16 @@ def _read(
         load_eccodes(f"input {grib[0]}")
         keys = resolve_mars_keys([n for n in names if n not in GRID_FORCINGS], table=table, metadata=metadata)
     return [read_netcdf(path, names) if path.suffix.lower() == ".nc" else read_grib(path, keys) for path in paths]
+
+
+def _in_model_units(read: FieldsRead, attrs: Mapping[str, Any]) -> FieldsRead:
+    """``read`` with each field in the unit the model was trained in (the dataset's ``variables_metadata``, else the
+    parameter's usual unit); a field whose file states no unit is kept as it is."""
+    stored = attrs.get("variables_metadata") or {}
+    for (name, time), values in read.fields.items():
+        target = (stored.get(name) or {}).get("units") or usual_unit(name)
+        read.fields[name, time] = to_model_units(values, name, read.units.get(name), target, f"input {read.path}")
+    return read
 
 
 def _merge(files: list[FieldsRead]) -> tuple[dict[tuple[str, np.datetime64], np.ndarray], FieldsRead]:
@@ -119,7 +130,9 @@ def read_state_files(
     """
     paths = input_paths(config)
     label = _label(paths)
-    files = _read(paths, names, table=config.grib.variables, metadata=metadata)
+    files = [
+        _in_model_units(read, attrs) for read in _read(paths, names, table=config.grib.variables, metadata=metadata)
+    ]
     merged, grid = _merge(files)
     times = np.unique(np.array([time for _, time in merged], dtype="datetime64[s]"))
     labels = {name: text for read in files for name, text in read.labels.items()}

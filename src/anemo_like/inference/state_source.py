@@ -98,3 +98,4 @@ class FieldsRead:
     longitudes: np.ndarray  # (G,) float64 degrees
     fields: dict[tuple[str, np.datetime64], np.ndarray]
     labels: dict[str, str] = field(default_factory=dict)  # name -> how the file format names it, for messages
+    units: dict[str, str] = field(default_factory=dict)  # name -> its unit as the file states it (none: not stated)
