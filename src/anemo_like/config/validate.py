@@ -20,9 +20,16 @@ class ConfigError(ValueError):
 
 def _sections(annotation: Any) -> list[type[BaseModel]]:
     """The config sections a field may hold: its model, a union's (``NoiseConfig | None``, a discriminated union
-    of sections) or a list's items."""
+    of sections) or a list's items; not a mapping's values (:func:`_entry_sections`: they sit under free keys)."""
+    if get_origin(annotation) is dict:
+        return []
     candidates = [annotation, *get_args(annotation)]
     return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+
+
+def _entry_sections(annotation: Any) -> list[type[BaseModel]]:
+    """The sections of a mapping's values (``grib.variables.NAME``), under keys the user names."""
+    return _sections(get_args(annotation)[1]) if get_origin(annotation) is dict and get_args(annotation) else []
 
 
 def _section(annotation: Any) -> type[BaseModel] | None:
@@ -38,13 +45,22 @@ def _members_tagged(sections: list[type[BaseModel]], discriminator: str | None, 
 
 
 def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
-    """Field names allowed at ``path`` (the parent of the offending key), walking the schema; an index of a list of
+    """:func:`_keys_at` as a list ([] where any name goes)."""
+    return _keys_at(model, path) or []
+
+
+def _keys_at(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str] | None:
+    """Field names allowed at ``path`` (the parent of the offending key), walking the schema (None: any name, an
+    entry of a mapping of sections such as ``grib.variables``); an index of a list of
     sections (``model.compile.0``) stays on its item; a union of sections allows the keys of all its members, or of
     the one whose tag follows in ``path`` (pydantic's loc of a discriminated union: ``graph.hidden.stretched``)."""
     current: list[type[BaseModel]] = [model]
-    discriminator = None
+    discriminator, entries = None, None
     for part in path:
         if isinstance(part, int):
+            continue
+        if entries is not None:  # the key of a mapping's entry: any name, its value a section
+            current, entries = entries, None
             continue
         member = _members_tagged(current, discriminator, part)
         discriminator = None
@@ -54,8 +70,11 @@ def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[s
         fields = [section.model_fields[part] for section in current if part in section.model_fields]
         discriminator = next((field.discriminator for field in fields if field.discriminator), None)
         current = [section for field in fields for section in _sections(field.annotation)]
-        if not current:
+        entries = [section for field in fields for section in _entry_sections(field.annotation)] or None
+        if not current and entries is None:
             return []
+    if entries is not None:  # the mapping itself: any entry name, sections below it
+        return None
     return list(dict.fromkeys(key for section in current for key in section.model_fields))
 
 
@@ -221,13 +240,22 @@ def check_schema_keys(schema: type[BaseModel], arguments: list[str]) -> None:
     """
     problems = []
     for argument in arguments:
+        if argument.startswith("~") and _is_section(schema, tuple(argument[1:].partition("=")[0].split("."))):
+            key = argument[1:].partition("=")[0]
+            problems.append(
+                f"cannot delete {key} ({argument}): it is a whole section, and the run would go on with every default "
+                f"of it; delete or set keys inside it instead (~{key}.KEY, {key}.KEY=VALUE)"
+            )
+            continue
         if argument.startswith(("-", "+", "~")) or "=" not in argument:
             continue
         path = tuple(argument.split("=", 1)[0].split("."))
         if path[0] == "hydra" or (len(path) == 1 and path[0] in schema.model_fields):
             continue
         for depth in range(len(path)):
-            allowed = _allowed_keys(schema, path[:depth])
+            allowed = _keys_at(schema, path[:depth])
+            if allowed is None:  # an entry of a mapping of sections (grib.variables.NAME): any name
+                continue
             if not allowed:  # free-form mapping (e.g. per-variable weights): anything goes below here
                 break
             if path[depth] not in allowed:
@@ -235,6 +263,19 @@ def check_schema_keys(schema: type[BaseModel], arguments: list[str]) -> None:
                 break
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def _is_section(schema: type[BaseModel], path: tuple[str, ...]) -> bool:
+    """Whether ``path`` names a section (a nested model) of ``schema``, not a single value."""
+    parent = _keys_at(schema, path[:-1]) or []
+    if path[-1] not in parent:
+        return False
+    sections: list[type[BaseModel]] = [schema]
+    for part in path[:-1]:
+        fields = [s.model_fields[part] for s in sections if part in s.model_fields]
+        sections = [section for field in fields for section in _sections(field.annotation)]
+    fields = [s.model_fields[path[-1]] for s in sections if path[-1] in s.model_fields]
+    return any(_sections(field.annotation) for field in fields)
 
 
 def check_override_keys(arguments: list[str]) -> None:

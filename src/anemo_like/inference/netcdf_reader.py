@@ -26,6 +26,13 @@ LONGITUDES = ("longitude", "lon")
 LEVELS = ("level", "isobaricInhPa", "pressure_level", "plev")
 
 
+def _second_times() -> object:
+    """Decode CF times to datetime64[s], which reaches years beyond 2262 (nanoseconds do not); True on an xarray
+    without the option (before 2025.01)."""
+    coder = getattr(getattr(xr, "coders", None), "CFDatetimeCoder", None)
+    return coder(time_unit="s") if coder is not None else True
+
+
 def _coordinate(ds: xr.Dataset, path: Path, names: tuple[str, ...]) -> xr.DataArray:
     found = next((ds[name] for name in names if name in ds.variables), None)
     if found is None:
@@ -113,7 +120,7 @@ def _fields_of(
 def read_netcdf(path: Path, names: list[str]) -> FieldsRead:
     """The fields of ``names`` in netCDF file ``path``; ValueError naming the file and what is wrong."""
     try:
-        ds = xr.open_dataset(path)
+        ds = xr.open_dataset(path, decode_times=_second_times())
     except (OSError, ValueError, IndexError):  # no engine opens it (the cause lists the engines), or it is cut short
         raise ValueError(
             f"input {path} is not a readable netCDF file: copy or write it again, or name a GRIB file .grib (a "
