@@ -185,6 +185,14 @@ def test_training_refusals_come_before_any_large_allocation(dataset, cache_dir, 
         "tiny": ([], None),
         "members": ([*ENSEMBLE, "training.ensemble.members=100000"], "training.ensemble.members=100000 needs about "),
         "batch": (["dataloader.batch_size.train=360"], "dataloader.batch_size.train=360 needs about "),
+        "budget above the limit": (
+            ["system.hardware.memory_budget_gb=64"],
+            "system.hardware.memory_budget_gb=64 is more than this process may still use (",
+        ),
+        "budget below everything": (
+            ["system.hardware.memory_budget_gb=1e-6"],
+            "the 1 KiB available (system.hardware.memory_budget_gb) is less than even the smallest run needs (about ",
+        ),
     }
     started = {
         name: start(
@@ -205,6 +213,8 @@ def test_inference_refusals_come_before_any_large_allocation(ensemble, dataset, 
         "tiny": (["members=2"], None),
         "members": (["members=300000"], "members=300000 needs about "),
         "batch": (["members=10000", "batch_size=10000", "lead_time=6h"], "batch_size=10000 needs about "),
+        "budget above the limit": (["memory_budget_gb=64"], "memory_budget_gb=64 is more than this process may still "),
+        "budget below everything": (["memory_budget_gb=1e-6"], "the 1 KiB available (memory_budget_gb) is less than "),
     }
     started = {
         name: start("anemo_like.cli.infer", tmp_path, name, [*common, f"output={tmp_path / name / 'f.nc'}", *arguments])

@@ -214,3 +214,17 @@ def test_simulating_in_chunks_gives_the_same_fields() -> None:
 def test_a_grid_the_atmosphere_cannot_run_on_is_refused() -> None:
     with pytest.raises(ValueError, match="even number of latitudes >= 8, got n_lat=33"):
         quasi_geostrophic.simulate(seed=0, n_dates=1, n_lat=33)
+
+
+def test_the_child_that_generates_the_pair_reports_its_progress(tmp_path) -> None:
+    """Generating the pair takes minutes at its default size: the child process logs the spin-up and the dates it
+    simulated (plain lines when stderr is not a terminal), not silence."""
+    import subprocess
+    import sys
+
+    arguments = [str(tmp_path / "pair"), "3", "4", "64", "0.5", "1"]  # 4 dates on 64 x 128 after half a day's spin-up
+    done = subprocess.run(
+        [sys.executable, "-m", "anemo_like.data.regional_pair", *arguments], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "spin-up: " in done.stderr and "built-in dataset: 4/4 date" in done.stderr, done.stderr[-2000:]

@@ -139,9 +139,9 @@ def test_two_runs_started_at_once_into_one_folder_train_once(tmp_path, cache_dir
     results = sorted(finish(process) for process in started)
     assert [code for code, _ in results] == [0, 2], [output[-2000:] for _, output in results]
     [refusal] = error_lines(results[1][1])
-    started_first = f"system.paths.output {run_dir} is in use by a run still running ("
-    wrote_first = f"system.paths.output {run_dir} already holds a run ("  # the loser came after the first metrics
-    assert refusal.startswith((started_first, wrote_first)) and refusal.endswith("(system.paths.output=...)")
+    # the run still running is named as such, also once it has written its first files
+    assert refusal.startswith(f"system.paths.output {run_dir} is in use by a run still running (process ")
+    assert refusal.endswith("(system.paths.output=...)")
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     steps = [line for line in lines if '"train_loss"' in line]
     assert len(steps) == 2, lines
@@ -197,3 +197,12 @@ def test_a_multi_rank_run_is_claimed_once_by_rank_zero(tmp_path, cache_dir) -> N
     for code, output in wait_all(processes, 240):
         assert code == 0, output[-3000:]  # a second rank locking the folder would have been refused
     assert (run_dir / ".run.lock").read_text() == f"process {processes[0].pid} on {HOST}\n"
+
+
+def test_a_run_that_failed_before_its_first_record_leaves_a_folder_a_rerun_may_use(tmp_path) -> None:
+    """An empty metrics.jsonl (a run stopped before its first step) is no run to protect; a record is."""
+    (tmp_path / "metrics.jsonl").touch()
+    claim_run_folder(tmp_path, resume=None).release()
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train_loss": 1.0}\n')
+    with pytest.raises(ValueError, match=r"already holds a run \(metrics.jsonl\)"):
+        claim_run_folder(tmp_path, resume=None)

@@ -336,8 +336,11 @@ def simulate_in_chunks(
     model = _TwoLayerModel(_Sphere(n_lat))
     current = model.initial_state(np.random.default_rng(seed))
     previous = current.copy()
-    for _ in range(round(spin_up_days * 86400 / _STEP_SECONDS)):
-        previous, current = model.step(previous, current)
+    spin_up = round(spin_up_days * 86400 / _STEP_SECONDS)
+    with Progress(total=spin_up, desc="spin-up", unit="step", enabled=progress and spin_up > 0) as shown:
+        for _ in range(spin_up):
+            previous, current = model.step(previous, current)
+            shown.update()
     what = f"built-in dataset simulation (seed {seed}, {n_lat} x {2 * n_lat} grid)"
     with Progress(total=n_dates, desc="built-in dataset", unit="date", enabled=progress) as shown:
         for first in range(0, n_dates, chunk_dates):

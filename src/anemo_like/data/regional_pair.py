@@ -192,6 +192,12 @@ def ensure_regional_pair(cache_dir: str | Path, *, seed: int, progress: bool = T
         builtin.discard_store(path)
     cache.mkdir(parents=True, exist_ok=True)
     scratch = cache / f".{PAIR_NAME}-seed{seed}-{uuid.uuid4().hex[:8]}"
+    LOG.info(
+        "generating the regional pair %s (seed %d) into %s: a few minutes, once; progress follows",
+        PAIR_NAME,
+        seed,
+        cache,
+    )
     start = time.perf_counter()
     try:
         written = _generate(scratch, seed=seed, progress=progress)
@@ -229,6 +235,9 @@ def _move_into_place(source: Path, target: Path) -> bool:
 
 if __name__ == "__main__":  # the child process of _generate: FOLDER SEED N_DATES N_LAT SPIN_UP_DAYS PROGRESS
     folder_arg, seed_arg, dates_arg, lat_arg, spin_up_arg, progress_arg = sys.argv[1:]
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+    )
     for written_path in write_regional_pair(
         folder_arg, seed=int(seed_arg), n_dates=int(dates_arg), n_lat=int(lat_arg), spin_up_days=float(spin_up_arg),
         progress=bool(int(progress_arg)),

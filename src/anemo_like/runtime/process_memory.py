@@ -70,7 +70,7 @@ def current_memory_mib(device: torch.device) -> float | None:
 
 @dataclass(frozen=True)
 class AvailableMemory:
-    """Bytes a run may still allocate, and where the figure comes from (a config key, MemAvailable, ...)."""
+    """Bytes a run may still use, and where the figure comes from (a config key, MemAvailable, ...)."""
 
     bytes: int
     source: str

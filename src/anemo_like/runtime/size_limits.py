@@ -4,7 +4,7 @@ A run's estimate grows with a few settings (``Size``). When the estimate for the
 memory available, :func:`check_sizes_fit` raises one ValueError naming the first of them whose lowering alone
 makes the run fit, with the largest value that does; when no single one does (several too large at once), the
 first that does not fit with the settings after it at their smallest. When nothing fits even with every setting at
-its smallest (the model itself), it says nothing: the memory plan warns, the allocator decides.
+its smallest (the model itself), the refusal says so and names the memory the smallest run needs.
 """
 
 from __future__ import annotations
@@ -39,13 +39,26 @@ class Size:
 
 
 def run_memory(budget_gb: float | None, budget_key: str, device: torch.device) -> AvailableMemory:
-    """The memory a run may use: its budget (``budget_key``, GiB) where set, else what ``device`` has available."""
-    return AvailableMemory(int(budget_gb * 2**30), budget_key) if budget_gb else available_memory(device)
+    """The memory a run may use: its budget (``budget_key``, GiB) where set, else what ``device`` has available. A
+    CPU budget above what the process may still address (RLIMIT_AS) is refused: the allocator would fail first."""
+    if not budget_gb:
+        return available_memory(device)
+    budget = int(budget_gb * 2**30)
+    if device.type == "cpu":
+        room = available_memory(device)
+        if room.source.startswith("RLIMIT_AS") and budget > room.bytes:
+            raise ValueError(
+                f"{budget_key}={budget_gb:g} is more than this process may still use ({format_gib(room.bytes)}: "
+                f"{room.source}); set {budget_key} to at most {format_gib(room.bytes)}, or raise the limit (ulimit -v)"
+            )
+    return AvailableMemory(budget, budget_key)
 
 
 def format_gib(size: int) -> str:
-    """Bytes as GiB (one decimal below 100 GiB), below 0.1 GiB as MiB."""
+    """Bytes as GiB (one decimal below 100 GiB), below 0.1 GiB as MiB, below 1 MiB as KiB."""
     gib = size / 2**30
+    if size < 2**20:
+        return f"{size / 2**10:.0f} KiB"
     return f"{gib:.0f} GiB" if gib >= 100 else f"{gib:.1f} GiB" if gib >= 0.1 else f"{size / 2**20:.0f} MiB"
 
 
@@ -87,6 +100,13 @@ def check_sizes_fit(
     ``what``: what the estimate counts, for the configured values; ``budget_key``: the setting that gives the
     memory a run may use."""
     refused = _refused(sizes, estimate, available.bytes)
+    if refused is None and estimate({s.key: s.step for s in sizes}) > available.bytes:  # not even the smallest
+        smallest = estimate({s.key: s.step for s in sizes})
+        raise ValueError(
+            f"the {format_gib(available.bytes)} available ({available.source}) is less than even the smallest run "
+            f"needs (about {format_gib(smallest)}, with {', '.join(s.key for s in sizes)} at their smallest); set "
+            f"{budget_key} to at least {format_gib(smallest)}, the memory this run may use"
+        )
     if refused is None:
         return
     size, largest = refused

@@ -31,7 +31,8 @@ def _close_in_child() -> None:
 
 os.register_at_fork(after_in_child=_close_in_child)
 
-RUN_FILES = ("checkpoints/last.pt", "checkpoints/step-*.pt", "metrics.jsonl", "inference.pt")
+METRICS = "metrics.jsonl"
+RUN_FILES = ("checkpoints/last.pt", "checkpoints/step-*.pt", METRICS, "inference.pt")
 STALE = ("checkpoints/.*.tmp", "checkpoints/.last.pt.link", ".*.tmp")  # atomic writes cut short by a kill
 
 
@@ -61,7 +62,12 @@ def check_run_folder_is_free(run_dir: Path, *, resume: str | None) -> None:
             f"folder: set system.paths.output={run_dir.parent} (with training.resume=auto to continue that run), or "
             "choose another folder"
         )
-    found = sorted({str(p.relative_to(run_dir)) for pattern in RUN_FILES for p in run_dir.glob(pattern)})
+    found = sorted(
+        str(p.relative_to(run_dir))
+        for pattern in RUN_FILES
+        for p in run_dir.glob(pattern)
+        if p.stat().st_size or p.name != METRICS  # an empty metrics file: a run that failed before its first record
+    )
     if not found:
         return
     if resume == "auto" or (resume is not None and _inside(Path(resume).expanduser(), run_dir)):
@@ -98,6 +104,7 @@ def claim_run_folder(run_dir: Path, *, resume: str | None) -> RunFolderClaim:
     one step for any number of processes starting in the folder at once. A folder holding a run is refused before
     the lock file is created, so a refused run changes nothing in it."""
     create_run_folder(run_dir)
+    _check_not_running(run_dir)  # a run still writing its files here is named as such, not as a finished one
     check_run_folder_is_free(run_dir, resume=resume)
     descriptor = _lock(run_dir)
     try:
@@ -112,6 +119,32 @@ def claim_run_folder(run_dir: Path, *, resume: str | None) -> RunFolderClaim:
     return RunFolderClaim(run_dir=run_dir, descriptor=descriptor)
 
 
+def _check_not_running(run_dir: Path) -> None:
+    """Refuse ``run_dir`` while another process holds its lock (a run still running), without creating the lock
+    file when there is none."""
+    try:
+        descriptor = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # no lock file: no run was ever claimed here
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(run_dir, descriptor) from None
+    except OSError:  # a file system without locks: _lock says so
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _in_use(run_dir: Path, descriptor: int) -> ValueError:
+    """The refusal of a folder whose lock (open at ``descriptor``) another process holds, naming it."""
+    holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip() or "a process starting"
+    return ValueError(
+        f"system.paths.output {run_dir} is in use by a run still running ({holder}): wait for it to end, or choose "
+        "another folder (system.paths.output=...)"
+    )
+
+
 def _lock(run_dir: Path) -> int:
     """The descriptor of ``run_dir/.run.lock``, locked for this process; a one-line error when another holds it."""
     try:
@@ -121,12 +154,9 @@ def _lock(run_dir: Path) -> int:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip() or "a process starting"
+        error = _in_use(run_dir, descriptor)
         os.close(descriptor)
-        raise ValueError(
-            f"system.paths.output {run_dir} is in use by a run still running ({holder}): wait for it to end, or "
-            "choose another folder (system.paths.output=...)"
-        ) from None
+        raise error from None
     except OSError as error:  # a file system without locks
         os.close(descriptor)
         raise _cannot_lock(run_dir, error) from None
