@@ -13,9 +13,9 @@ import torch
 from anemoi_helpers import golden, imported
 from conftest import SHARED_DATASET
 from inference_helpers import documented
+from resume_helpers import Killed, die_after_checkpoint
 
 from anemo_like.data.zarr_store import write_anemoi_zarr
-from anemo_like.training import trainer as trainer_module
 from anemo_like.training.trainer import Trainer
 
 STEPS = ["training.max_steps=30", "training.val_every_n_steps=10", "training.checkpoint_every_n_steps=10"]
@@ -51,17 +51,7 @@ def test_an_imported_model_fine_tunes_on_its_graph_and_resumes_exactly(tmp_path,
     validation = records(full.metrics, "val_loss")
     assert sorted(validation) == [10, 20, 30] and validation[30] < validation[10], validation
 
-    class Killed(Exception):
-        pass
-
-    save = trainer_module.save_training_checkpoint
-
-    def save_then_die(path, **kwargs):
-        save(path, **kwargs)
-        if kwargs["step"] == 20:
-            raise Killed
-
-    monkeypatch.setattr(trainer_module, "save_training_checkpoint", save_then_die)
+    die_after_checkpoint(monkeypatch, 20)
     with pytest.raises(Killed):
         Trainer(finetune(compose_run, tmp_path / "cut", model, SHARED_DATASET)).fit()
     monkeypatch.undo()

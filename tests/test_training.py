@@ -14,12 +14,12 @@ import pytest
 import torch
 import zarr
 from conftest import SHARED_DATASET, TINY_MODEL
+from resume_helpers import Killed, die_after_checkpoint
 
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.window_dataset import NonFiniteDataError
 from anemo_like.data.zarr_store import write_anemoi_zarr
 from anemo_like.inference import load_inference_checkpoint
-from anemo_like.training import trainer as trainer_module
 from anemo_like.training.trainer import Trainer
 
 
@@ -67,17 +67,7 @@ def test_interrupted_and_resumed_training_matches_uninterrupted(tmp_path, compos
     common = ["training.max_steps=6", "training.checkpoint_every_n_steps=3", "training.val_every_n_steps=6"]
     full = Trainer(compose_run(tmp_path / "full", common)).fit()
 
-    class Killed(Exception):
-        pass
-
-    save = trainer_module.save_training_checkpoint
-
-    def save_then_die(path, **kwargs):
-        save(path, **kwargs)
-        if kwargs["step"] == 3:
-            raise Killed
-
-    monkeypatch.setattr(trainer_module, "save_training_checkpoint", save_then_die)
+    die_after_checkpoint(monkeypatch, 3)
     with pytest.raises(Killed):
         Trainer(compose_run(tmp_path / "killed", common)).fit()
     monkeypatch.undo()

@@ -14,6 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from anemo_like.cli.one_line import fail
+
 PROGRAM = "anemo-import"
 
 
@@ -22,11 +24,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("checkpoint", type=Path, help="the anemoi checkpoint: inference-*.ckpt or last.ckpt")
     parser.add_argument("output", type=Path, help="the inference.pt to write, or a folder to write it into")
     return parser.parse_args(argv)
-
-
-def fail(message: str, code: int) -> None:
-    print(f"{PROGRAM}: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,9 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         report = import_checkpoint(args.checkpoint, args.output)
     except ImportRefused as refused:
-        fail(str(refused), 2)
+        fail(PROGRAM, str(refused), 2)
     except OSError as error:  # the output cannot be written (no space, no permission)
-        fail(f"{args.output}: cannot write the import ({error.strerror or error}); nothing was kept", 1)
+        fail(PROGRAM, f"{args.output}: cannot write the import ({error.strerror or error}); nothing was kept", 1)
     spec = report.spec
     print(
         f"{PROGRAM}: {args.checkpoint} -> {report.output}: anemoi-models {spec.models_version} graph transformer, "

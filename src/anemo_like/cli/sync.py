@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from anemo_like.cli.one_line import fail
 from anemo_like.config.system_schema import check_tracking_uri
 from anemo_like.tracking.mlflow_target import MlflowTarget, TrackingUnavailable
 from anemo_like.tracking.record import RunRecord
@@ -36,17 +37,13 @@ def _tracking_uri(uri: str) -> str:
         raise argparse.ArgumentTypeError(f"'{uri}': {error}") from None
 
 
-def fail(message: str, code: int) -> None:
-    print(f"{PROGRAM}: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     record = RunRecord(args.run_dir)
     if not record.exists():
         fail(
+            PROGRAM,
             f"{args.run_dir} holds no tracking record ({record.identity_path} is missing): only runs trained with "
             "diagnostics.tracking.backend=mlflow can be synced",
             2,
@@ -56,10 +53,11 @@ def main(argv: list[str] | None = None) -> None:
         uri = args.tracking_uri or record.identity().tracking_uri
         result = sync(record, MlflowTarget(uri))
     except (ValueError, TrackingUnavailable) as error:
-        fail(str(error), 2)
+        fail(PROGRAM, str(error), 2)
     except Exception as error:  # the server: unreachable, refusing, or failing mid-way
         first_line = str(error).splitlines()[0][:300] if str(error) else ""
         fail(
+            PROGRAM,
             f"{uri} did not accept the run ({type(error).__name__}: {first_line}); nothing is lost: what was sent "
             f"is recorded in {record.sync_path}, run {PROGRAM} again when the server answers",
             1,

@@ -14,20 +14,15 @@ class Imputer(nn.Module):
 
     def __init__(self, *, imputed: dict[int, float], restored: dict[int, int], device: torch.device) -> None:
         super().__init__()
-        positions = sorted(imputed)
-        self.register_buffer("fill_index", torch.tensor(positions, dtype=torch.long, device=device), persistent=False)
-        self.register_buffer(
-            "fill_value",
-            torch.tensor([imputed[p] for p in positions], dtype=torch.float32, device=device),
-            persistent=False,
-        )
-        outputs = sorted(restored)
-        self.register_buffer("restore_output", torch.tensor(outputs, dtype=torch.long, device=device), persistent=False)
-        self.register_buffer(
-            "restore_input",
-            torch.tensor([restored[p] for p in outputs], dtype=torch.long, device=device),
-            persistent=False,
-        )
+        inputs, outputs = sorted(imputed), sorted(restored)
+        buffers = {
+            "fill_index": (inputs, torch.long),
+            "fill_value": ([imputed[p] for p in inputs], torch.float32),
+            "restore_output": (outputs, torch.long),
+            "restore_input": ([restored[p] for p in outputs], torch.long),
+        }
+        for name, (values, dtype) in buffers.items():
+            self.register_buffer(name, torch.tensor(values, dtype=dtype, device=device), persistent=False)
 
     def fill(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, T, G, V_in) -> x with its imputed variables' NaN filled, and the (B, G, V_restored) bool mask of the
