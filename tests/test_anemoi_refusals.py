@@ -355,7 +355,7 @@ def test_malicious_pickle_through_the_cli(tmp_path) -> None:
         timeout=120,
     )
     assert result.returncode == 2, result.stderr
-    assert result.stdout == ""
+    assert all("[INFO]" in line for line in result.stdout.splitlines())  # the steps it took, nothing else
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("anemo-import: "), result.stderr

@@ -103,11 +103,13 @@ def import_checkpoint(source: Path, output: Path) -> ImportReport:
     """Import ``source`` (an anemoi ``inference-*.ckpt`` or ``last.ckpt``) into ``output`` (a ``.pt`` file or a
     folder for ``inference.pt``); :class:`ImportRefused` names what is not taken, and then nothing is written."""
     target = output_file(output)
+    LOG.info("reading %s without running its pickled code", source)
     archive = read_archive(source)
     spec = read_spec(archive)
     content = read_content(archive, spec.dataset)
     variables = variable_map(archive.metadata, spec, content)
     layout = variable_layout(spec, content, variables)
+    LOG.info("anemoi-models %s, %s: building our model on anemoi's graph", spec.models_version, archive.kind)
     graph, perms = anemoi_graph(content, spec)
     _check_grid(archive, spec.dataset, graph["data"].x.numpy())
     config = imported_run_config(
@@ -135,6 +137,7 @@ def import_checkpoint(source: Path, output: Path) -> ImportReport:
         )
     model.load_state_dict(state, strict=False, assign=True)
     target.parent.mkdir(parents=True, exist_ok=True)
+    LOG.info("writing %s", target)
     save_inference_checkpoint(
         target,
         model=model,

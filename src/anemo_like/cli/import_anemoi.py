@@ -28,7 +28,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    # its steps on stdout (a big checkpoint takes a while); stderr holds a refusal's one line alone
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stdout, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+    )
+    logging.getLogger("anemo_like").setLevel(logging.INFO)
     from anemo_like.anemoi_import.archive import ImportRefused  # torch: only once the arguments parse
     from anemo_like.anemoi_import.convert import import_checkpoint
 

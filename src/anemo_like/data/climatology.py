@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anemo_like.data.zarr_store import AnemoiZarr
+from anemo_like.progress import Progress
 
 
 def mean_state(
@@ -20,10 +21,12 @@ def mean_state(
     dates = np.unique(np.linspace(date_start, date_stop - 1, count).round().astype(np.int64))
     total = np.zeros((len(variables), store.shape[-1]))
     finite = np.zeros_like(total)
-    for date in dates:
-        values = store.read(slice(date, date + 1), variables)[0].astype(np.float64)  # (V, G)
-        ok = np.isfinite(values)
-        total += np.where(ok, values, 0.0)
-        finite += ok
+    with Progress(total=len(dates), desc="climatology", unit="date") as shown:  # minutes on a large grid
+        for date in dates:
+            values = store.read(slice(date, date + 1), variables)[0].astype(np.float64)  # (V, G)
+            ok = np.isfinite(values)
+            total += np.where(ok, values, 0.0)
+            finite += ok
+            shown.update()
     with np.errstate(invalid="ignore", divide="ignore"):
         return (total / finite).T

@@ -218,6 +218,7 @@ def build_graph(
     if cutoff_factor <= 0:
         raise ValueError(f"cutoff_factor must be > 0, got {cutoff_factor}")
     start = time.perf_counter()
+    LOGGER.info("building the graph of %d grid points (%s hidden mesh)", len(latitudes_deg), hidden.kind)
     latitudes, longitudes = _validated_radians(latitudes_deg, longitudes_deg)
     region = _validated_region(region, len(latitudes))
     data_xyz = latlon_to_xyz(latitudes, longitudes)
