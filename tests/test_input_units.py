@@ -1,19 +1,27 @@
 """Initial states read in their own units: a netCDF file in °C, geopotential height and hPa gives the forecast of the
 same states in K, m² s⁻² and Pa; a GRIB forecast read back as an initial state equals the original within the
 packing precision; units that cannot be converted are refused by variable and unit; a file without units is read
-as it is (test_file_inputs.py)."""
+as it is (test_file_inputs.py). GRIB output in its parameters' units: a model in °C, gpm and hPa written in K,
+m² s⁻² and Pa (an ensemble's spread without the offset); a unit that does not convert refused at set-up."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import xarray as xr
 from file_input_helpers import GRIB_KEYS, HISTORY, INIT, states
 from inference_helpers import documented, infer_config, setup_error
+from test_grib_output import KEYS, messages
 
+from anemo_like.config.inference import GribConfig
 from anemo_like.data.builtin import PROGNOSTIC
+from anemo_like.data.grids import regular_grid
 from anemo_like.data.zarr_store import open_anemoi_zarr
-from anemo_like.inference.output import open_forecast
+from anemo_like.inference.grib_output import grib_plan, write_grib
+from anemo_like.inference.output import forecast_dataset, open_forecast
 from anemo_like.inference.run import prepare, run_inference
 from anemo_like.inference.units import STANDARD_GRAVITY, to_model_units
 
@@ -99,3 +107,54 @@ def test_unit_spellings_and_conversions() -> None:
     np.testing.assert_allclose(to_model_units(np.float32([1000.0]), "sp", "mbar", "Pa", "f"), [1.0e5])
     np.testing.assert_allclose(to_model_units(np.float32([10.0]), "u", "knots", "m/s", "f"), [5.144444], rtol=1e-6)
     assert to_model_units(values, "q", None, "kg kg-1", "f") is values  # no unit in the file: read as it is
+
+
+MODEL_UNITS = {"t_850": ("degC", 1.0, 273.15), "z_500": ("gpm", STANDARD_GRAVITY, 0.0), "sp": ("hPa", 100.0, 0.0)}
+
+
+def test_grib_output_is_in_each_parameters_unit(tmp_path) -> None:
+    """A model trained in °C, gpm and hPa: its GRIB members and mean in K, m² s⁻² and Pa, its spread scaled only."""
+    grid, names = regular_grid(8, 16), list(MODEL_UNITS)
+    plan = grib_plan(tmp_path / "f.grib", keys={name: KEYS[name] for name in names}, latitudes=grid.latitudes,
+                     longitudes=grid.longitudes, grib=GribConfig(bits_per_value=24), members=3, ensemble_stats=True,
+                     model_units={name: unit for name, (unit, _, _) in MODEL_UNITS.items()})  # fmt: skip
+    assert plan.units == {"t_850": ("degC", "K"), "z_500": ("gpm", "m**2 s**-2"), "sp": ("hPa", "Pa")}
+    centre = np.array([[10.0, 5500.0, 1000.0]])  # (1, V) in the model's units
+    fields = centre + np.random.default_rng(0).normal(size=(1, 3, 2, grid.latitudes.size, 3)) * centre / 100
+    inputs = SimpleNamespace(
+        store=SimpleNamespace(latitudes=grid.latitudes, longitudes=grid.longitudes, attrs={}, path="x"),
+        roles=SimpleNamespace(output=names, prognostic=names), steps=2, step=np.timedelta64(6, "h").item(),
+        init_dates=np.array(["2000-01-01T00"], dtype="datetime64[s]"),
+    )  # fmt: skip
+    dataset = forecast_dataset(fields.astype(np.float32), inputs, checkpoint=Path("x.pt"), precision="fp32",
+                               ensemble_stats=True)  # fmt: skip
+    write_grib(dataset, plan)
+    for message in messages(plan.path):
+        name = {"t": "t_850", "z": "z_500", "sp": "sp"}[message["shortName"]]
+        _, scale, offset = MODEL_UNITS[name]
+        lead = message["step"] // 6 - 1
+        written = _written(dataset, name, message["type"], message.get("number", 1) - 1, lead)
+        expected = written.astype(np.float64) * scale + (offset if message["type"] != "es" else 0.0)
+        np.testing.assert_allclose(message["values"], expected, rtol=1e-5, atol=1e-4, err_msg=str(message["type"]))
+
+
+def _written(dataset: xr.Dataset, name: str, kind: str, member: int, lead: int) -> np.ndarray:
+    """The field of ``name`` at ``lead`` that a message of type ``kind`` holds, in the model's units (G,)."""
+    if kind == "pf":
+        return dataset[name].values[0, member, lead]
+    return dataset[f"{name}_{'mean' if kind == 'em' else 'spread'}"].values[0, lead]
+
+
+def test_grib_output_in_a_unit_that_does_not_convert_is_refused(tmp_path) -> None:
+    grid = regular_grid(8, 16)
+    with pytest.raises(ValueError) as refusal:
+        grib_plan(tmp_path / "f.grib", keys={"z_500": KEYS["z_500"]}, latitudes=grid.latitudes,
+                  longitudes=grid.longitudes, grib=GribConfig(), members=1, ensemble_stats=False,
+                  model_units={"z_500": "K"})  # fmt: skip
+    message = str(refusal.value)
+    assert message == (
+        f"output {tmp_path / 'f.grib'}: z_500 is in 'K' in the model and GRIB parameter z in 'm**2 s**-2', which "
+        "anemo-infer cannot convert to: map z_500 to a parameter in K under grib.variables"
+    )
+    documented(message, OUT=tmp_path / "f.grib")
+    assert not (tmp_path / "f.grib").exists()

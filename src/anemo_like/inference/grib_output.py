@@ -11,7 +11,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -34,6 +34,7 @@ from anemo_like.inference.grib_messages import (
 from anemo_like.inference.inputs import ForecastInputs
 from anemo_like.inference.mars_keys import load_eccodes, metadata_sources, resolve_mars_keys
 from anemo_like.inference.output import TEMPORARY_PREFIX, netcdf_attributes, netcdf_engine
+from anemo_like.inference.units import same_unit, to_model_units, usual_unit
 from anemo_like.interrupts import deferred
 
 LOG = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class GribPlan:
     bits: int  # grib.bits_per_value
     members: int
     ensemble_stats: bool
+    units: dict[str, tuple[str, str]] = field(default_factory=dict)  # (model's, GRIB's) where they differ
 
     @property
     def identity(self) -> str:
@@ -87,6 +89,11 @@ def prepare_grib(config: InferenceConfig, *, bundle: InferenceBundle, inputs: Fo
         table=config.grib.variables,
         metadata=metadata_sources(checkpoint, bundle.variables_metadata, dataset),
     )
+    known = {
+        **(dataset.attrs.get("variables_metadata") or {} if dataset is not None else {}),
+        **bundle.variables_metadata,
+    }
+    units = {name: (known.get(name) or {}).get("units") or usual_unit(name) for name in inputs.roles.output}
     return grib_plan(
         output,
         keys=keys,
@@ -95,15 +102,18 @@ def prepare_grib(config: InferenceConfig, *, bundle: InferenceBundle, inputs: Fo
         grib=config.grib,
         members=config.members,
         ensemble_stats=config.ensemble_stats,
+        model_units=units,
     )
 
 
 def grib_plan(output: Path, *, keys: dict[str, MarsKeys], latitudes: np.ndarray, longitudes: np.ndarray,
-              grib: GribConfig, members: int, ensemble_stats: bool) -> GribPlan:  # fmt: skip
+              grib: GribConfig, members: int, ensemble_stats: bool,
+              model_units: dict[str, str | None] | None = None) -> GribPlan:  # fmt: skip
     """The plan of a GRIB file of the variables of ``keys`` on the grid (latitudes, longitudes) (G,) degrees, after
     setting every parameter and grib.encoding key once (ValueError naming the one ecCodes refuses), finding the
     grid's kind (unstructured when ecCodes would not give these coordinates back within 1e-6 degrees) and
-    checking the path of an unstructured grid's coordinates file."""
+    checking the path of an unstructured grid's coordinates file. ``model_units``: each variable's unit in the
+    model; a GRIB parameter in another is written converted to it (ValueError when it does not convert)."""
     ec = load_eccodes(f"output {output}")
     latitudes, longitudes = (np.asarray(a, dtype=np.float64) for a in (latitudes, longitudes))
     plan = GribPlan(
@@ -121,6 +131,7 @@ def grib_plan(output: Path, *, keys: dict[str, MarsKeys], latitudes: np.ndarray,
         templates = _templates(ec, plan)
         try:
             _trial_messages(ec, plan, templates)
+            plan = replace(plan, units=_units_to_convert(ec, output, templates, model_units or {}))
         finally:
             for handle in templates.values():
                 ec.codes_release(handle)
@@ -248,7 +259,9 @@ def _messages(ec: ModuleType, dataset: xr.Dataset, plan: GribPlan) -> Iterator[b
     try:
         steps = dataset["step"].values.astype("timedelta64[s]").astype(np.int64)  # (L,) seconds
         unit, seconds = ("h", 3600) if np.all(steps % 3600 == 0) else ("m", 60)
-        fields = {(name, kind): _field(dataset, name, kind) for name, kind in templates}
+        fields = {
+            (name, kind): _in_grib_units(_field(dataset, name, kind), name, kind, plan) for name, kind in templates
+        }
         for n, time in enumerate(dataset["time"].values.astype("datetime64[m]").astype(object)):
             for handle in templates.values():
                 ec.codes_set(handle, "dataDate", time.year * 10000 + time.month * 100 + time.day)
@@ -266,6 +279,39 @@ def _messages(ec: ModuleType, dataset: xr.Dataset, plan: GribPlan) -> Iterator[b
     finally:
         for handle in templates.values():
             ec.codes_release(handle)
+
+
+def _units_to_convert(
+    ec: ModuleType, path: Path, templates: dict[tuple[str, str], int], model_units: dict[str, str | None]
+) -> dict[str, tuple[str, str]]:
+    """(the model's unit, the GRIB parameter's) of each variable where they differ (converted as written);
+    ValueError for a unit that does not convert (``z_500`` in K, say): the message would say something else."""
+    differing = {}
+    for (name, _), handle in templates.items():
+        unit, grib = model_units.get(name), str(ec.codes_get(handle, "units"))
+        if unit is None or grib in ("", "unknown", "~") or same_unit(unit, grib):
+            continue
+        try:
+            to_model_units(np.zeros(1), name, unit, grib, f"output {path}")
+        except ValueError:
+            param = ec.codes_get(handle, "shortName")
+            raise ValueError(
+                f"output {path}: {name} is in '{unit}' in the model and GRIB parameter {param} in '{grib}', which "
+                f"anemo-infer cannot convert to: map {name} to a parameter in {unit} under grib.variables"
+            ) from None
+        differing[name] = (unit, grib)
+    return differing
+
+
+def _in_grib_units(values: np.ndarray, name: str, kind: str, plan: GribPlan) -> np.ndarray:
+    """``values`` of ``name`` (any shape) in its GRIB parameter's unit: a spread, a difference, without the offset."""
+    if name not in plan.units:
+        return values
+    model, grib = plan.units[name]
+    converted = to_model_units(values.astype(np.float64), name, model, grib, f"output {plan.path}")
+    if kind == "es":
+        converted -= to_model_units(np.zeros(1), name, model, grib, f"output {plan.path}")
+    return converted
 
 
 def _field(dataset: xr.Dataset, name: str, kind: str) -> np.ndarray:

@@ -68,6 +68,11 @@ def _key(unit: str) -> str:
     return re.sub(r"[\s.·_]", "", text)
 
 
+def same_unit(first: str, second: str) -> bool:
+    """Whether two spellings name one unit (``m**2 s**-2`` and ``m2 s-2``)."""
+    return _key(first) == _key(second)
+
+
 def usual_unit(name: str) -> str | None:
     """The usual unit of variable ``name`` (``t_850``: its parameter ``t``), None when not known."""
     return USUAL.get(re.sub(r"_\d+$", "", name))
@@ -76,7 +81,7 @@ def usual_unit(name: str) -> str | None:
 def to_model_units(values: np.ndarray, name: str, unit: str | None, target: str | None, where: str) -> np.ndarray:
     """``values`` of variable ``name`` in ``unit`` (None: the file says none) in ``target`` (None: the model's is not
     known); ``where`` names the file. ValueError when the units differ and are not both known."""
-    if unit is None or target is None or _key(unit) == _key(target):
+    if unit is None or target is None or same_unit(unit, target):
         return values
     given, wanted = UNITS.get(_key(unit)), UNITS.get(_key(target))
     pair = {getattr(given, "kind", None), getattr(wanted, "kind", None)}
