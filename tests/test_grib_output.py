@@ -2,7 +2,8 @@
 key, values within the packing precision, ecCodes' own coordinates) and with xarray + cfgrib, on the built-in's
 regular lat/lon grid (a run of the session's ``skilled`` model, verified), an O48 reduced Gaussian grid (the
 writer) and an unstructured grid (an ensemble run of a tiny model, with its coordinates file); the grid classifier.
-A full disk; the coordinates file replaces only its own; the other refusals are in test_grib_refusals.py."""
+NaN (an imputed variable's missing points) written as missing and read back as NaN; a full disk; the coordinates
+file replaces only its own; the other refusals are in test_grib_refusals.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from anemo_like.data.grid_kinds import classify_grid
 from anemo_like.data.grids import gaussian_latitudes, octahedral_grid, regular_grid
 from anemo_like.data.zarr_store import open_anemoi_zarr
 from anemo_like.inference.grib_output import grib_plan, write_grib
+from anemo_like.inference.grib_reader import read_grib
 from anemo_like.inference.output import forecast_dataset, open_forecast
 from anemo_like.inference.run import run_inference
 from anemo_like.training.trainer import Trainer
@@ -345,3 +347,26 @@ def test_every_value_is_within_the_documented_packing_precision(bits, tmp_path) 
     for message, written in zip(messages(plan.path), fields[0, 0, :, :, 0].astype(np.float64), strict=True):
         span = written.max() - written.min()
         assert np.abs(message["values"] - written).max() <= span / (2**bits - 1) * (1 + 1e-6)
+
+
+def test_nan_is_written_as_missing_and_read_back_as_nan(tmp_path) -> None:
+    """A forecast with NaN (an imputed variable passing its missing points through) writes a bitmap, not an
+    ecCodes error after the forecast ran; our reader gives NaN there and a real value equal to GRIB's default
+    missing value (9999) back as itself."""
+    grid = regular_grid(8, 16)
+    plan = grib_plan(tmp_path / "n.grib", keys={"z_500": KEYS["z_500"]}, latitudes=grid.latitudes,
+                     longitudes=grid.longitudes, grib=GribConfig(), members=1, ensemble_stats=False)  # fmt: skip
+    fields = np.random.default_rng(1).normal(10200.0, 30.0, size=(1, 1, 2, grid.latitudes.size, 1))  # 9999 its least
+    fields[0, 0, 0, 5, 0], fields[0, 0, 0, :5, 0], fields[0, 0, 1, :, 0] = 9999.0, np.nan, np.nan  # lead 2 all NaN
+    inputs = SimpleNamespace(
+        store=SimpleNamespace(latitudes=grid.latitudes, longitudes=grid.longitudes, attrs={}, path="x"),
+        roles=SimpleNamespace(output=["z_500"], prognostic=["z_500"]), steps=2, step=np.timedelta64(6, "h").item(),
+        init_dates=np.array(["2000-01-01T00"], dtype="datetime64[s]"),
+    )  # fmt: skip
+    write_grib(forecast_dataset(fields.astype(np.float32), inputs, checkpoint=Path("x.pt"), precision="fp32"), plan)
+    read = read_grib(plan.path, {"z_500": KEYS["z_500"]}).fields
+    first, second = (read["z_500", np.datetime64(f"2000-01-01T{hour:02d}", "s")] for hour in (6, 12))
+    assert np.array_equal(np.isnan(first), np.isnan(fields[0, 0, 0, :, 0])) and np.isnan(second).all()
+    written = fields[0, 0, 0, 5:, 0]
+    span = np.ptp(written)
+    assert np.abs(first[5:] - written).max() <= span / (2**16 - 1) * (1 + 1e-6) + 1e-3

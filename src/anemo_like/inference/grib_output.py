@@ -274,11 +274,23 @@ def _messages(ec: ModuleType, dataset: xr.Dataset, plan: GribPlan) -> Iterator[b
                     for member, field in enumerate(values[:, lead] if kind == "pf" else values[lead][None]):
                         if kind == "pf":
                             ec.codes_set(handle, "number", member + 1)
-                        ec.codes_set_values(handle, field.astype(np.float64))
+                        _set_values(ec, handle, field.astype(np.float64))
                         yield ec.codes_get_message(handle)
     finally:
         for handle in templates.values():
             ec.codes_release(handle)
+
+
+def _set_values(ec: ModuleType, handle: int, values: np.ndarray) -> None:
+    """Encode ``values`` (G,): NaN (an imputed variable's missing points, say) as missing in a bitmap, with a
+    missing value that no real value equals."""
+    missing = np.isnan(values)
+    ec.codes_set(handle, "bitmapPresent", int(missing.any()))
+    if missing.any():
+        fill = 9999.0 if not np.any(values == 9999.0) else float(np.nanmax(values)) + 1.0
+        ec.codes_set(handle, "missingValue", fill)
+        values = np.where(missing, fill, values)
+    ec.codes_set_values(handle, values)
 
 
 def _units_to_convert(

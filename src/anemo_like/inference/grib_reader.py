@@ -70,8 +70,8 @@ class _Messages:
             )
         self._check_grid(handle, number, name)
         values = ec.codes_get_values(handle)
-        if ec.codes_get(handle, "bitmapPresent"):
-            values[values == ec.codes_get(handle, "missingValue")] = np.nan
+        if ec.codes_get(handle, "bitmapPresent"):  # the bitmap, not the missing value, which a real value may equal
+            values[ec.codes_get_array(handle, "bitmap") == 0] = np.nan
         self.fields[name, time] = values.astype(np.float32)
         self.first[name, time] = number
         unit = str(ec.codes_get(handle, "units"))
