@@ -1,6 +1,7 @@
 """A limited-area model end to end: trained on a box whose boundary strip is forced by a global dataset, it
 forecasts with the boundary taken from its dataset or from a global forecast file. The boundary values written are
-the forced ones exactly, and the interior depends on them; what a limited-area forecast cannot use is refused."""
+the forced ones exactly, and the interior depends on them; a global forecast in other units drives the same
+boundary; what a limited-area forecast cannot use is refused."""
 
 from __future__ import annotations
 
@@ -93,6 +94,16 @@ def test_boundary_values_are_the_forced_ones_exactly_and_drive_the_interior(lam)
         for k in range(2):  # each step reads the boundary of the state it predicts; the second is also fed one
             assert np.abs(driven[name].values[0][k, ~forced] - truth[name].values[0][k, ~forced]).max() > 1e-6
 
+    other_units = driver.copy(deep=True)  # a global model trained in °C, gpm and hPa drives the same boundary
+    for name, (unit, scale, offset) in {"t_850": ("degC", 1.0, -273.15), "z_500": ("gpm", 1 / 9.80665, 0.0),
+                                        "sp": ("hPa", 0.01, 0.0)}.items():  # fmt: skip
+        other_units[name].values = driver[name].values.astype(np.float64) * scale + offset
+        other_units[name].attrs["units"] = unit
+    other_units.to_netcdf(lam["root"] / "other_units.nc")
+    again = forecast(lam, "again", f"boundary={lam['root'] / 'other_units.nc'}")
+    for name in PROGNOSTIC:
+        np.testing.assert_allclose(again[name].values[0][:, forced], driven[name].values[0][:, forced], atol=1e-4)
+
 
 def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:
     """Checked at set-up, before any forecast runs, each with its row in docs/errors.md."""
@@ -103,6 +114,11 @@ def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:
     nan["t_850"].values[0, 1, :3] = np.nan
     nan.to_netcdf(root / "nan.nc")
     (root / "global.grib").write_bytes(b"GRIB")
+    driver.drop_vars("z_500").to_netcdf(root / "lacks.nc")
+    driver.expand_dims(number=2).transpose("time", "number", ...).to_netcdf(root / "members.nc")
+    driver.isel(values=np.flatnonzero(driver["latitude"].values > 40.0)).to_netcdf(root / "north.nc")
+    driver["t_850"].attrs["units"] = "furlong"
+    driver.to_netcdf(root / "furlong.nc")
     forecast(lam, "own")  # the model's own regional forecast
     config = infer_config(lam["checkpoint"], f"dates=[{INIT}]", "lead_time=12h", f"output={root / 'x.nc'}")
     cases = {
@@ -114,6 +130,15 @@ def test_a_boundary_file_that_does_not_fit_is_refused(lam) -> None:
         "(output=FILE.nc)",
         "own.nc": "a forecast on this model's own grid (its 121 points), not a global one: the boundary must come "
         "from a forecast of a global model that covers the region",
+        "lacks.nc": "lacks the variable(s) z_500; it must hold sp, t_850, z_500 on (time, step, values) with "
+        "latitude and longitude, as anemo-infer writes a global model's forecast",
+        "members.nc": "an ensemble forecast (2 members); drive the boundary with a deterministic forecast (or one "
+        "member written on its own)",
+        "north.nc": "its grid does not cover the boundary points: cannot interpolate to 40 target point(s), e.g. "
+        "(-10, 0): no triangle of the 72 source points contains it; give a forecast of a global model (or of one "
+        "whose grid covers the region)",
+        "furlong.nc": "t_850 is in 'furlong' (a unit anemo-infer does not know) and the model reads it in 'K': "
+        "convert it to K, or correct its units attribute",
     }
     for name, expected in cases.items():
         message = setup_error(config.model_copy(update={"boundary": str(root / name)}))

@@ -21,6 +21,7 @@ from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.point_masks import BOUNDARY, point_mask
 from anemo_like.data.zarr_store import AnemoiZarr
 from anemo_like.inference.state_source import StateSource, describe
+from anemo_like.inference.units import to_model_units, usual_unit
 
 GRIB_SUFFIXES = (".grib", ".grib1", ".grib2", ".grb", ".grb2")
 
@@ -124,7 +125,7 @@ def boundary_forcing(
     if path is None:
         return forcing
     file = Path(path).expanduser()
-    fields = _open_global_forecast(file, names)
+    fields = _in_model_units(_open_global_forecast(file, names), store, file)
     if fields["latitude"].size == store.latitudes.size and np.allclose(
         (fields["latitude"].values, fields["longitude"].values), (store.latitudes, store.longitudes), atol=1e-6
     ):
@@ -137,7 +138,10 @@ def boundary_forcing(
             fields["latitude"].values, fields["longitude"].values, store.latitudes[forced], store.longitudes[forced]
         )
     except ValueError as error:
-        raise ValueError(f"boundary {file}: its grid does not cover the boundary points: {error}") from None
+        raise ValueError(
+            f"boundary {file}: its grid does not cover the boundary points: {error}; give a forecast of a global model "
+            "(or of one whose grid covers the region)"
+        ) from None
     return BoundaryForcing(
         forced=forced,
         names=names,
@@ -147,6 +151,17 @@ def boundary_forcing(
         fields=fields,
         interpolation=interpolation,
     )
+
+
+def _in_model_units(fields: xr.Dataset, store: AnemoiZarr, file: Path) -> xr.Dataset:
+    """``fields`` converted from each variable's ``units`` attribute to the limited-area model's (its dataset's
+    ``variables_metadata``, else the parameter's usual unit): a global model trained in other units drives it."""
+    stored = store.attrs.get("variables_metadata") or {}
+    for name, variable in fields.data_vars.items():
+        target = (stored.get(name) or {}).get("units") or usual_unit(str(name))
+        unit = variable.attrs.get("units")
+        variable.values = to_model_units(variable.values, str(name), unit, target, f"boundary {file}")
+    return fields
 
 
 def _open_global_forecast(file: Path, names: list[str]) -> xr.Dataset:
