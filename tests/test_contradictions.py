@@ -9,6 +9,7 @@ from pathlib import Path
 
 import bad_input_helpers
 import pytest
+import torch
 from bad_input_helpers import TINY_DATA, config_error, message_of
 from conftest import latlon_graph
 from hydra import compose, initialize_config_dir
@@ -19,7 +20,7 @@ from test_model import make_model
 from anemo_like.config import RunConfig, config_dir, validate_config
 from anemo_like.data.setup import LoaderOptions, setup_data
 from anemo_like.runtime.inference_environment import apply_inference_overrides
-from anemo_like.runtime.memory_plan import check_chunks_fit_graph
+from anemo_like.runtime.memory_plan import check_chunks_fit_graph, resolve_auto_settings
 from anemo_like.training.setup import build_run
 
 CHUNK_VARIABLES = (
@@ -245,10 +246,12 @@ def test_chunks_up_to_the_nodes_are_accepted(tiny_run) -> None:
 
 
 def test_auto_chunks_stay_within_the_nodes(tiny_run) -> None:
-    auto = ["model.encoder.num_chunks=auto", "model.decoder.num_chunks=auto", "system.hardware.memory_budget_gb=1e-6"]
-    run = build_run(tiny_run(*auto))  # nothing fits: the plan with the smallest predicted peak
-    model = run.config.model
-    assert not run.memory_plan.fits
+    config = tiny_run("model.encoder.num_chunks=auto", "model.decoder.num_chunks=auto")
+    graph = latlon_graph(8, 16, 1)  # the tiny grid: 128 data nodes, 42 hidden nodes
+    model, plan = resolve_auto_settings(  # nothing fits in 1 KiB: the plan with the smallest predicted peak
+        config.model, graph=graph, batch_size=2, num_parameters=10_000, budget_bytes=1024, device=torch.device("cpu")
+    )
+    assert not plan.fits
     assert model.encoder.num_chunks <= 42 and model.decoder.num_chunks <= 128  # hidden / data nodes
 
 
