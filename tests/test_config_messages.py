@@ -191,6 +191,12 @@ def test_key_in_the_wrong_section_row() -> None:
     documented(line)
 
 
+
+def test_an_unknown_key_given_twice_is_one_line() -> None:
+    line = "unknown config key 'training.lr' (did you mean 'training.optimizer.lr'?)"
+    message = config_error("training.lr=1e-3", "training.lr=2e-3", "training.seed=1")
+    assert message.count("\n") == 1 and message.partition("; allowed here: ")[0] == PREFIX + line
+
 # ----------------------------------------------------------------------- overrides Hydra refuses before composing
 GROUP_HINT = "choose one of graphtransformer, transformer, e.g. model=graphtransformer"
 OVERRIDE_CASES = {  # command-line arguments, the line, whether docs/errors.md holds the line

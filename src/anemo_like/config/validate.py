@@ -261,8 +261,8 @@ def check_schema_keys(schema: type[BaseModel], arguments: list[str]) -> None:
             if path[depth] not in allowed:
                 problems.append(_unknown_key(schema, path, depth, allowed))
                 break
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    if problems:  # a key given twice is one problem
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(dict.fromkeys(problems)))
 
 
 def _is_section(schema: type[BaseModel], path: tuple[str, ...]) -> bool:
