@@ -362,33 +362,3 @@ def test_malicious_pickle_through_the_cli(tmp_path) -> None:
     assert not sentinel.exists() and not out.exists()
     assert sorted(tmp_path.iterdir()) == before
     documented(lines[0].removeprefix("anemo-import: "), FILE=path, GLOBAL="os.system")
-
-
-# ------------------------------------------------------------------------------------------------ output exists
-@pytest.mark.parametrize("given", ["file", "folder"])
-def test_existing_output_is_refused_and_untouched(given, tmp_path) -> None:
-    """OUTPUT a .pt file that exists, or a folder already holding inference.pt."""
-    existing = tmp_path / "model.pt" if given == "file" else tmp_path / "models" / "inference.pt"
-    existing.parent.mkdir(exist_ok=True)
-    existing.write_bytes(b"an earlier import")
-    os.utime(existing, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
-    stat = existing.stat()
-    output = existing if given == "file" else existing.parent
-    before = sorted(existing.parent.iterdir())
-    with pytest.raises(ImportRefused) as info:
-        import_checkpoint(SOURCE, output)
-    message = str(info.value)
-    assert "\n" not in message and str(existing) in message
-    assert existing.read_bytes() == b"an earlier import"
-    assert existing.stat().st_mtime_ns == stat.st_mtime_ns and existing.stat().st_size == stat.st_size
-    assert sorted(existing.parent.iterdir()) == before
-    documented(message, OUT=existing)
-
-
-def test_existing_output_file_not_named_pt_is_refused_up_front(tmp_path) -> None:
-    existing = tmp_path / "model.pth"
-    existing.write_bytes(b"an earlier import")
-    with pytest.raises(ImportRefused) as info:
-        import_checkpoint(SOURCE, existing)
-    assert existing.read_bytes() == b"an earlier import"
-    documented(str(info.value), OUT=existing)

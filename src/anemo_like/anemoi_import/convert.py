@@ -16,6 +16,7 @@ import anemo_like
 from anemo_like.anemoi_import.archive import AnemoiArchive, ImportRefused, read_archive
 from anemo_like.anemoi_import.content import read_content
 from anemo_like.anemoi_import.graph import anemoi_graph
+from anemo_like.anemoi_import.output import output_file
 from anemo_like.anemoi_import.run_config import imported_run_config
 from anemo_like.anemoi_import.spec import AnemoiSpec, read_spec
 from anemo_like.anemoi_import.variables import normalizer, variable_layout, variable_map
@@ -87,16 +88,6 @@ def _check_grid(archive: AnemoiArchive, dataset: str, latlon_rad: np.ndarray) ->
     worst = max(np.abs(lat - grid[:, 0]).max(), np.abs((lon - grid[:, 1] + 180.0) % 360.0 - 180.0).max())
     if worst > COORDINATE_TOLERANCE_DEG:
         raise ImportRefused(f"{archive.path}: its graph's data nodes differ from its grid by up to {worst:.3g} degrees")
-
-
-def output_file(output: Path) -> Path:
-    """``output`` itself when it names a ``.pt`` file, else ``output/inference.pt``; refused when it exists."""
-    target = output if output.suffix == ".pt" or (output.exists() and not output.is_dir()) else output / "inference.pt"
-    if target.exists():
-        raise ImportRefused(
-            f"{target} already exists: give another output, or move it away first (nothing was written)"
-        )
-    return target
 
 
 def import_checkpoint(source: Path, output: Path) -> ImportReport:
