@@ -40,12 +40,11 @@ CONFIG_CASES = {
     ),
     "wrong type": (
         ["model.num_channels=wide"],
-        r"invalid configuration:\n  config key 'model\.num_channels' = 'wide': Input should be a valid integer, "
-        r"unable to parse string as an integer",
+        r"invalid configuration:\n  config key 'model\.num_channels' = 'wide': expected a whole number",
     ),
     "impossible value": (
         ["model.num_heads=0"],
-        r"invalid configuration:\n  config key 'model\.num_heads' = 0: Input should be greater than or equal to 1",
+        r"invalid configuration:\n  config key 'model\.num_heads' = 0: expected at least 1",
     ),
     "prefetch_factor without workers": (
         ["dataloader.prefetch_factor=4"],
@@ -60,7 +59,7 @@ CONFIG_CASES = {
     ),
     "unknown precision": (
         ["training.precision=16"],
-        r"invalid configuration:\n  config key 'training\.precision' = 16: Input should be '32', 'tf32', "
+        r"invalid configuration:\n  config key 'training\.precision' = 16: expected '32', 'tf32', "
         r"'bf16-mixed', '16-mixed' or 'bf16'",
     ),
     "heads do not divide channels": (
@@ -89,7 +88,7 @@ CONFIG_CASES = {
     "unknown computed forcing": (
         ["data.variables.computed_forcing=[cos_julian_days]"],
         r"invalid configuration:\n  config key 'data\.variables\.computed_forcing\.0' = 'cos_julian_days': "
-        r"Input should be 'cos_julian_day', 'sin_julian_day', 'cos_local_time', 'sin_local_time', 'cos_latitude', "
+        r"expected 'cos_julian_day', 'sin_julian_day', 'cos_local_time', 'sin_local_time', 'cos_latitude', "
         r"'sin_latitude', 'cos_longitude', 'sin_longitude', 'insolation' or 'cos_solar_zenith_angle'",
     ),
     "timestep not a duration": (
@@ -99,7 +98,7 @@ CONFIG_CASES = {
     ),
     "unknown nan policy": (
         ["data.nan_policy=skip"],
-        r"invalid configuration:\n  config key 'data\.nan_policy' = 'skip': Input should be 'error' or 'mask'",
+        r"invalid configuration:\n  config key 'data\.nan_policy' = 'skip': expected 'error' or 'mask'",
     ),
     "required key left unset": (
         ["data.dataset=???"],

@@ -50,22 +50,22 @@ URI_HINT = (
 VALUE_CASES = {  # overrides, the line, whether docs/errors.md holds the line
     "seed below 0": (
         ["training.seed=-1"],
-        "config key 'training.seed' = -1: Input should be greater than or equal to 0",
+        "config key 'training.seed' = -1: expected at least 0",
         True,
     ),
     "seed above 2**32 - 1": (
         ["training.seed=4294967296"],
-        "config key 'training.seed' = 4294967296: Input should be less than or equal to 4294967295",
+        "config key 'training.seed' = 4294967296: expected at most 4294967295",
         True,
     ),
     "seed above 2**63 - 1": (
         ["training.seed=9223372036854775808"],
-        "config key 'training.seed' = 9223372036854775808: Input should be less than or equal to 4294967295",
+        "config key 'training.seed' = 9223372036854775808: expected at most 4294967295",
         False,
     ),
     "built-in dataset seed below 0": (
         ["data.builtin_seed=-3"],
-        "config key 'data.builtin_seed' = -3: Input should be greater than or equal to 0",
+        "config key 'data.builtin_seed' = -3: expected at least 0",
         False,
     ),
     "knn above the mesh nodes": (
@@ -108,19 +108,17 @@ VALUE_CASES = {  # overrides, the line, whether docs/errors.md holds the line
     ),
     "value of neither type of a union": (
         ["model.encoder.num_chunks=abc"],
-        "config key 'model.encoder.num_chunks' = 'abc': Input should be a valid integer, unable to parse string as an "
-        "integer, or 'auto'",
+        "config key 'model.encoder.num_chunks' = 'abc': expected a whole number, or 'auto'",
         True,
     ),
     "boolean or auto": (
         ["model.processor.gradient_checkpointing=maybe"],
-        "config key 'model.processor.gradient_checkpointing' = 'maybe': Input should be a valid boolean, unable to "
-        "interpret input, or 'auto'",
+        "config key 'model.processor.gradient_checkpointing' = 'maybe': expected true or false, or 'auto'",
         False,
     ),
     "mapping where a value goes": (
         ["model.num_channels={a:1}"],
-        "config key 'model.num_channels' = {'a': 1}: Input should be a valid integer",
+        "config key 'model.num_channels' = {'a': 1}: expected a whole number",
         True,
     ),
     "empty dataset path": (
@@ -155,8 +153,8 @@ def test_inference_seed_is_bounded_too(tmp_path) -> None:
     def line(seed: int) -> str:
         return infer_config_error(tmp_path / "inference.pt", f"seed={seed}", "output=f.nc", "dates=[2000-11-01T00]")
 
-    assert line(-1) == "config key 'seed' = -1: Input should be greater than or equal to 0"
-    assert line(2**32) == "config key 'seed' = 4294967296: Input should be less than or equal to 4294967295"
+    assert line(-1) == "config key 'seed' = -1: expected at least 0"
+    assert line(2**32) == "config key 'seed' = 4294967296: expected at most 4294967295"
 
 
 # ------------------------------------------------------------------------------------------ keys in another section
@@ -191,11 +189,27 @@ def test_key_in_the_wrong_section_row() -> None:
     documented(line)
 
 
-
 def test_an_unknown_key_given_twice_is_one_line() -> None:
     line = "unknown config key 'training.lr' (did you mean 'training.optimizer.lr'?)"
     message = config_error("training.lr=1e-3", "training.lr=2e-3", "training.seed=1")
     assert message.count("\n") == 1 and message.partition("; allowed here: ")[0] == PREFIX + line
+
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("training.max_minutes=abc", "'abc': expected a number"),
+        ("model.num_channels=1.5", "1.5: expected a whole number"),
+        ("model.compile=3", "3: expected a list, e.g. [a, b]"),
+        ("training.cuda_graphs=sometimes", "'sometimes': expected true or false"),
+        ("training.optimizer.lr=-inf", "-inf: expected a finite number"),
+    ],
+)
+def test_pydantic_messages_are_in_our_words(override: str, expected: str) -> None:
+    """What a key expects, said as our other messages say it, not pydantic's "Input should be ..."."""
+    key = override.split("=")[0]
+    assert config_error(override) == f"{PREFIX}config key '{key}' = {expected}"
 
 # ----------------------------------------------------------------------- overrides Hydra refuses before composing
 GROUP_HINT = "choose one of graphtransformer, transformer, e.g. model=graphtransformer"

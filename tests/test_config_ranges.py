@@ -54,7 +54,7 @@ def test_other_widths_cannot_be_zero() -> None:
         "config section 'model': num_channels (2) must be divisible by num_heads (4)"
     )
     assert config_error("model.num_channels=0") == one_problem(
-        "config key 'model.num_channels' = 0: Input should be greater than or equal to 1"
+        "config key 'model.num_channels' = 0: expected at least 1"
     )
     assert accepted("model.trainable.nodes=0", "model.trainable.edges=0").model.trainable.edges == 0
 
@@ -98,14 +98,14 @@ NON_FINITE = [
 
 @pytest.mark.parametrize("override, key, shown", NON_FINITE, ids=[case[0] for case in NON_FINITE])
 def test_non_finite_numbers_are_refused(override: str, key: str, shown: str) -> None:
-    assert config_error(override) == one_problem(f"config key '{key}' = {shown}: Input should be a finite number")
+    assert config_error(override) == one_problem(f"config key '{key}' = {shown}: expected a finite number")
 
 
 def test_every_non_finite_number_is_named() -> None:
     assert config_error("training.optimizer.lr=inf", "training.optimizer.lr_min=nan") == (
         "invalid configuration:\n"
-        "  config key 'training.optimizer.lr' = inf: Input should be a finite number\n"
-        "  config key 'training.optimizer.lr_min' = nan: Input should be a finite number"
+        "  config key 'training.optimizer.lr' = inf: expected a finite number\n"
+        "  config key 'training.optimizer.lr_min' = nan: expected a finite number"
     )
 
 

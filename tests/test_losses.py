@@ -315,12 +315,12 @@ def test_a_combined_masked_run_trains(tiny_config) -> None:
         ),
         (
             ["training.loss.name=combined", "training.loss.terms=[{name: mae, weight: -1}]"],
-            r"'training.loss.terms.0.weight' = -1: Input should be greater than or equal to 0",
+            r"'training.loss.terms.0.weight' = -1: expected at least 0",
         ),
         (["training.loss.terms=[{name: mae}]"], r"'training.loss': terms are read only with name: combined"),
         (
             ["training.loss.name=l1"],
-            r"'training.loss.name' = 'l1': Input should be 'mse', 'mae', 'huber', 'combined', 'crps' or 'afcrps'",
+            r"'training.loss.name' = 'l1': expected 'mse', 'mae', 'huber', 'combined', 'crps' or 'afcrps'",
         ),
         (["training.loss.huber_delta=0"], r"'training.loss.huber_delta' = 0"),
         (["training.scalers.pressure_level.kind=cubic"], r"'training.scalers.pressure_level.kind' = 'cubic'"),

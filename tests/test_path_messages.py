@@ -215,7 +215,7 @@ def stale(source: Path, target: Path, version: str | None, **edits: dict) -> Pat
 
 
 UNKNOWN = f"unknown config key 'model.old_key'; allowed here: {', '.join(ModelConfig.model_fields)}"
-ZERO = "config key 'training.multistep_input' = 0: Input should be greater than or equal to 1"
+ZERO = "config key 'training.multistep_input' = 0: expected at least 1"
 NOW = anemo_like.__version__
 
 

@@ -223,7 +223,7 @@ def test_config_refusals():
         "global_resolution (3): the region's mesh is the finer one"
     )
     assert config_error("graph.hidden={kind:limited_area,region_resolution:4,margin_km:-1}") == (
-        "invalid configuration:\n  config key 'graph.hidden.margin_km' = -1: Input should be greater than or equal to 0"
+        "invalid configuration:\n  config key 'graph.hidden.margin_km' = -1: expected at least 0"
     )
     assert config_error("graph.hidden={kind:limited_area,region_resolution:4,margin_km:0,global_resolution:2}") == (
         "invalid configuration:\n  unknown config key 'graph.hidden.global_resolution' (did you mean "

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from anemo_like.config.schema import RunConfig
+from anemo_like.config.wording import expected
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
@@ -151,7 +152,7 @@ def _held(loc: tuple[str | int, ...], config: Mapping[str, Any]) -> tuple[str | 
 
 def _merge_union_members(errors: list[Any], config: Mapping[str, Any]) -> list[Any]:
     """pydantic's errors with those of one value's union members (an error each) merged into one error of its key:
-    ``Input should be a valid integer, ..., or 'auto'``."""
+    ``expected a whole number, or 'auto'``."""
     merged: list[Any] = []
     keys: dict[tuple[str | int, ...], dict[str, Any]] = {}
     for error in errors:
@@ -160,7 +161,7 @@ def _merge_union_members(errors: list[Any], config: Mapping[str, Any]) -> list[A
         if held == loc or not held:
             merged.append(error)
         elif held in keys:
-            keys[held]["msg"] += ", or " + error["msg"].removeprefix("Input should be ")
+            keys[held]["msg"] += ", or " + error["msg"].removeprefix("expected ")
         else:
             keys[held] = {**error, "loc": held}
             merged.append(keys[held])
@@ -181,7 +182,7 @@ def _describe(error: dict[str, Any], config: Mapping[str, Any], schema: type[Bas
     if error["type"] == "extra_forbidden":
         return _unknown_key(schema, loc, len(loc) - 1, _allowed_keys(schema, tuple(error["tagged_loc"])[:-1]))
     value = _value_at(config, loc)
-    message = error["msg"].removeprefix("Value error, ")
+    message = error["msg"]
     if not loc:  # a rule across sections: its message names the keys
         return message
     section = _allowed_keys(schema, loc)
@@ -221,7 +222,12 @@ def config_problems(error: ValidationError, config: Mapping[str, Any], schema: t
     """One line per problem of ``error`` (``schema`` validating ``config``), naming the key, value and what is
     allowed."""
     errors = [
-        {**problem, "loc": _without_union_tags(schema, tuple(problem["loc"])), "tagged_loc": problem["loc"]}
+        {
+            **problem,
+            "msg": expected(problem),
+            "loc": _without_union_tags(schema, tuple(problem["loc"])),
+            "tagged_loc": problem["loc"],
+        }
         for problem in error.errors()
     ]
     return [_describe(problem, config, schema) for problem in _merge_union_members(errors, config)]
