@@ -195,7 +195,6 @@ def test_an_unknown_key_given_twice_is_one_line() -> None:
     assert message.count("\n") == 1 and message.partition("; allowed here: ")[0] == PREFIX + line
 
 
-
 @pytest.mark.parametrize(
     "override, expected",
     [
@@ -210,6 +209,7 @@ def test_pydantic_messages_are_in_our_words(override: str, expected: str) -> Non
     """What a key expects, said as our other messages say it, not pydantic's "Input should be ..."."""
     key = override.split("=")[0]
     assert config_error(override) == f"{PREFIX}config key '{key}' = {expected}"
+
 
 # ----------------------------------------------------------------------- overrides Hydra refuses before composing
 GROUP_HINT = "choose one of graphtransformer, transformer, e.g. model=graphtransformer"
