@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from anemo_like.runtime.cgroup_memory import cgroup_memory
+
 
 def _status_kib(field: str) -> int | None:
     try:
@@ -76,21 +78,59 @@ class AvailableMemory:
     source: str
 
 
-def available_memory(device: torch.device) -> AvailableMemory:
-    """What this process can allocate on ``device``: a GPU's total memory; on CPU the system's MemAvailable
-    (/proc/meminfo; else the physical memory), or the room left under the process's address-space limit
-    (RLIMIT_AS less what it maps now) where that is less."""
-    if device.type == "cuda":
-        return AvailableMemory(torch.cuda.get_device_properties(device).total_memory, "the GPU's total memory")
+def _meminfo_bytes(field: str) -> int | None:
     try:
         with open("/proc/meminfo") as f:
             fields = dict(line.split(":", 1) for line in f)
-        memory = AvailableMemory(int(fields["MemAvailable"].split()[0]) * 1024, "MemAvailable")
+        return int(fields[field].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
-        memory = AvailableMemory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical memory")
+        return None
+
+
+def _address_space_room() -> AvailableMemory | None:
+    """The room left under the process's address-space limit (RLIMIT_AS less what it maps now; None: no limit)."""
     limit, mapped = resource.getrlimit(resource.RLIMIT_AS)[0], _status_kib("VmSize")
-    if limit != resource.RLIM_INFINITY and mapped is not None and limit - mapped * 1024 < memory.bytes:
-        return AvailableMemory(
-            max(0, limit - mapped * 1024), f"RLIMIT_AS {limit / 2**30:.1f} GiB less the {mapped / 2**20:.1f} GiB mapped"
-        )
-    return memory
+    if limit == resource.RLIM_INFINITY or mapped is None:
+        return None
+    room = max(0, limit - mapped * 1024)
+    return AvailableMemory(room, f"RLIMIT_AS {limit / 2**30:.1f} GiB less the {mapped / 2**20:.1f} GiB mapped")
+
+
+def available_memory(device: torch.device) -> AvailableMemory:
+    """What this process can allocate on ``device``: a GPU's total memory; on CPU the least of the system's
+    MemAvailable (/proc/meminfo; else the physical memory), the room under the process's address-space limit
+    (RLIMIT_AS less what it maps now) and the room under its control group's memory limit (a SLURM job's --mem)."""
+    if device.type == "cuda":
+        return AvailableMemory(torch.cuda.get_device_properties(device).total_memory, "the GPU's total memory")
+    free = _meminfo_bytes("MemAvailable")
+    candidates = [
+        AvailableMemory(free, "MemAvailable")
+        if free is not None
+        else AvailableMemory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical memory")
+    ]
+    room = _address_space_room()
+    if room is not None:
+        candidates.append(room)
+    group = cgroup_memory()
+    if group is not None:
+        limit, in_use = group.limit / 2**30, group.in_use / 2**30
+        source = f"the cgroup limit {limit:.1f} GiB ({group.where}) less the {in_use:.1f} GiB in use"
+        candidates.append(AvailableMemory(group.room, source))
+    return min(candidates, key=lambda memory: memory.bytes)
+
+
+def cpu_memory_ceilings() -> list[tuple[AvailableMemory, str]]:
+    """The most a CPU run could ever use, each with what raises it: the room under RLIMIT_AS, the control group's
+    memory limit and the machine's memory (MemTotal); a budget above any of them cannot be kept."""
+    ceilings = []
+    room = _address_space_room()
+    if room is not None:
+        ceilings.append((room, "raise the limit (ulimit -v)"))
+    group = cgroup_memory()
+    if group is not None:
+        where = f"the memory limit of this process's control group, {group.where}"
+        ceilings.append((AvailableMemory(group.limit, where), "ask for more memory (SLURM --mem, a container's limit)"))
+    total = _meminfo_bytes("MemTotal")
+    if total is not None:
+        ceilings.append((AvailableMemory(total, "this machine's memory, MemTotal"), ""))
+    return ceilings

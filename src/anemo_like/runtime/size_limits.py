@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from anemo_like.runtime.process_memory import AvailableMemory, available_memory
+from anemo_like.runtime.process_memory import AvailableMemory, available_memory, cpu_memory_ceilings
 
 Estimate = Callable[[dict[str, int]], int]
 """Bytes a run needs for given values of its sizes (by key); never smaller for a larger value."""
@@ -40,18 +40,32 @@ class Size:
 
 def run_memory(budget_gb: float | None, budget_key: str, device: torch.device) -> AvailableMemory:
     """The memory a run may use: its budget (``budget_key``, GiB) where set, else what ``device`` has available. A
-    CPU budget above what the process may still address (RLIMIT_AS) is refused: the allocator would fail first."""
+    CPU budget above what the process could ever use (:func:`cpu_memory_ceilings`) is refused: the allocator, the
+    kernel's out-of-memory killer or the job's limit would stop the run first."""
     if not budget_gb:
         return available_memory(device)
     budget = int(budget_gb * 2**30)
     if device.type == "cpu":
-        room = available_memory(device)
-        if room.source.startswith("RLIMIT_AS") and budget > room.bytes:
-            raise ValueError(
-                f"{budget_key}={budget_gb:g} is more than this process may still use ({format_gib(room.bytes)}: "
-                f"{room.source}); set {budget_key} to at most {format_gib(room.bytes)}, or raise the limit (ulimit -v)"
-            )
+        check_budget_below(budget_gb, budget_key, cpu_memory_ceilings())
     return AvailableMemory(budget, budget_key)
+
+
+def check_budget_below(budget_gb: float, budget_key: str, ceilings: list[tuple[AvailableMemory, str]]) -> None:
+    """Raise ValueError naming the lowest of ``ceilings`` (memory, what raises it) when the budget is above it."""
+    above = [ceiling for ceiling in ceilings if int(budget_gb * 2**30) > ceiling[0].bytes]
+    if not above:
+        return
+    lowest, remedy = min(above, key=lambda ceiling: ceiling[0].bytes)
+    limit = format_gib(lowest.bytes)
+    what = (
+        f"this process may still use ({limit}: {lowest.source})"
+        if lowest.source.startswith("RLIMIT_AS")
+        else f"{lowest.source} ({limit})"
+    )
+    raise ValueError(
+        f"{budget_key}={budget_gb:g} is more than {what}; set {budget_key} to at most {limit}"
+        + (f", or {remedy}" if remedy else "")
+    )
 
 
 def format_gib(size: int) -> str:
