@@ -5,6 +5,7 @@ groups are folders written here in the kernel's layout, read by the same code th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from inference_helpers import ERRORS_DOC
 
 from anemo_like.runtime.cgroup_memory import cgroup_memory
-from anemo_like.runtime.process_memory import AvailableMemory, available_memory, cpu_memory_ceilings
+from anemo_like.runtime.process_memory import AvailableMemory, cpu_memory_ceilings
 from anemo_like.runtime.size_limits import check_budget_below, format_gib, run_memory
 
 GIB = 2**30
@@ -103,7 +104,6 @@ def test_a_budget_above_this_machines_memory_is_refused_by_both_commands() -> No
         line = f"{key}=100000 is more than this machine's memory, MemTotal (TOTAL); set {key} to at most TOTAL"
         assert str(info.value) == line.replace("TOTAL", format_gib(total))
         assert f"`{line}`" in ERRORS_DOC or key == "memory_budget_gb"  # one row names both keys
-    assert run_memory(None, "memory_budget_gb", torch.device("cpu")) == available_memory(torch.device("cpu"))
 
 
 def test_anemo_train_exits_2_with_one_line_and_writes_nothing(tmp_path) -> None:
@@ -117,3 +117,47 @@ def test_anemo_train_exits_2_with_one_line_and_writes_nothing(tmp_path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert len(errors) == 1 and "memory_budget_gb=100000 is more than this machine's memory, MemTotal" in errors[0]
     assert not output.exists() or [p.name for p in output.iterdir()] == [".run.lock"]  # the folder's lock alone
+
+
+def real_cgroup(limit: int) -> Path | None:
+    """A new memory control group below this process's own, limited to ``limit`` bytes (None where this process
+    may not make one: not root, no memory controller, a read-only /sys/fs/cgroup)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        number, controllers, group = line.split(":", 2)
+        v1 = "memory" in controllers.split(",")
+        if v1 or (number == "0" and controllers == ""):
+            parent = Path("/sys/fs/cgroup") / ("memory" if v1 else "") / group.lstrip("/")
+            folder = parent / f"anemo-test-{os.getpid()}"
+            try:
+                folder.mkdir()
+                (folder / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(limit))
+            except OSError:
+                if folder.exists():
+                    folder.rmdir()
+                continue
+            return folder
+    return None
+
+
+def test_a_real_control_group_limit_is_what_a_run_may_use(tmp_path) -> None:
+    """anemo-train started in a real 3 GiB control group: a budget of 8 GiB is refused naming the group's limit."""
+    folder = real_cgroup(3 * GIB)
+    if folder is None:
+        pytest.skip("this process may not create a memory control group")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "anemo_like.cli.train", "system.hardware.memory_budget_gb=8",
+             f"system.paths.output={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+            preexec_fn=lambda: (folder / "cgroup.procs").write_text(str(os.getpid())),
+        )  # fmt: skip
+    finally:
+        folder.rmdir()
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stdout + result.stderr
+    limit_file = "memory.limit_in_bytes" if (folder.parent / "memory.limit_in_bytes").exists() else "memory.max"
+    assert errors[0].endswith(
+        f"system.hardware.memory_budget_gb=8 is more than the memory limit of this process's control group, "
+        f"{folder / limit_file} (3.0 GiB); set system.hardware.memory_budget_gb to at most 3.0 GiB, or ask for more "
+        "memory (SLURM --mem, a container's limit)"
+    )
