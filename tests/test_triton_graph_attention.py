@@ -30,6 +30,7 @@ import torch
 pytest.importorskip("triton")
 
 from anemo_like.models.ops import triton_graph_attention as tga
+from anemo_like.models.ops import triton_kernels as kernels
 from anemo_like.models.ops.chunking import SortedEdges
 from anemo_like.models.ops.graph_attention import graph_attention_reference
 
@@ -110,6 +111,45 @@ def test_fp32_forward_and_gradients_equal_reference(
     for got, expected in zip((out, *grads), (want, *want_grads), strict=True):
         expected = expected.detach().float()
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * float(expected.abs().max()))
+
+
+def uneven_graph(num_dst: int, num_src: int) -> torch.Tensor:
+    """Destination-sorted (2, E) edges of very uneven degree: most destinations none or one, one 150, one every
+    source once (E about 270)."""
+    degree = torch.zeros(num_dst, dtype=torch.int64)
+    degree[1::3] = 1
+    degree[num_dst // 3] = 150
+    degree[-1] = num_src
+    dst = torch.repeat_interleave(torch.arange(num_dst), degree)
+    g = torch.Generator().manual_seed(21)
+    src = torch.randint(0, num_src, (dst.numel(),), generator=g)
+    src[-num_src:] = torch.arange(num_src)
+    return torch.stack([src, dst])
+
+
+@pytest.mark.parametrize("tile_elements", [1, 64, 4096], ids=lambda t: f"tile{t}")
+@pytest.mark.parametrize("heads, channels", [(1, 8), (5, 3), (16, 4)], ids=lambda n: str(n))
+def test_block_sizes_heads_widths_and_uneven_degrees(interpreter, monkeypatch, tile_elements, heads, channels):
+    """Every head count and width (powers of two or not), one edge per step up to a full tile, on a graph whose
+    degrees run from 0 to 150: fp32 within 1e-5 of the float64 reference, forward and every gradient."""
+    monkeypatch.setattr(kernels, "TILE_ELEMENTS", tile_elements)
+    num_dst, num_src = 60, 48
+    edge_index = uneven_graph(num_dst, num_src)
+    edges = SortedEdges(edge_index, num_dst)
+    tensors = random_tensors(22, edge_index, num_dst, num_src, batch=2, heads=heads, channels=channels)
+    out, grads = outputs_and_gradients(tga.graph_attention_triton, leaves(tensors, torch.float32), edges, 23)
+    want, want_grads = outputs_and_gradients(graph_attention_reference, leaves(tensors, torch.float64), edges, 23)
+    for got, expected in zip((out, *grads), (want, *want_grads), strict=True):
+        expected = expected.detach().float()
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * float(expected.abs().max()))
+
+
+def test_launch_config_keeps_a_tile_within_its_elements() -> None:
+    """D's heads (16 x 64 channels): 4 edges a step, 8 warps; a narrow model 16 edges; a row above the tile 1."""
+    assert kernels.launch_config(16, 64) == {"BLOCK_E": 4, "BLOCK_H": 16, "BLOCK_C": 64, "num_warps": 8,
+                                             "enable_fp_fusion": True}  # fmt: skip
+    assert kernels.launch_config(3, 5)["BLOCK_E"] == kernels.MAX_EDGES_PER_STEP
+    assert kernels.launch_config(16, 512)["BLOCK_E"] == 1
 
 
 LOW_PRECISION_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 4e-3}
@@ -224,20 +264,21 @@ def argument_type(name: str, dtype: str) -> str:
     return "*fp32" if name in {"LSE", "DELTA", "GRAD_EMB"} else f"*{dtype}"
 
 
+@pytest.mark.parametrize("heads, channels", [(3, 12), (16, 64)], ids=["H3-C12", "D-H16-C64"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_kernels_compile_for_cuda(dtype: str) -> None:
+def test_kernels_compile_for_cuda(dtype: str, heads: int, channels: int) -> None:
     """The interpreter is lenient: the three kernels must also go through triton's compiler, down to a cubin for
-    sm_80 (no GPU needed), with a head width that is not a power of two."""
+    sm_80 (no GPU needed), with a head count and a head width that are not powers of two."""
     if INTERPRETED:
         pytest.skip("needs compiled-mode kernels: runs without TRITON_INTERPRET")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    config = tga._launch_config(12)
+    config = kernels.launch_config(heads, channels)
     blocks = {name: value for name, value in config.items() if name.startswith("BLOCK_")}
     options = {name: value for name, value in config.items() if name not in blocks}
-    for kernel in (tga._forward_kernel, tga._backward_dst_kernel, tga._backward_src_kernel):
+    for kernel in (kernels.forward_kernel, kernels.backward_dst_kernel, kernels.backward_src_kernel):
         signature = {name: argument_type(name, dtype) for name in kernel.arg_names}
         compiled = triton.compile(
             ASTSource(kernel, signature, constexprs=blocks),

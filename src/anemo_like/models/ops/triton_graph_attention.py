@@ -4,16 +4,9 @@ Same maths and call signature as ``graph_attention_torch``. The edge embedding e
 op; attention itself is the custom op ``anemo_like::graph_attention`` (returns out and the per-(node, head)
 log-sum-exp) whose backward is the custom op ``anemo_like::graph_attention_backward``.
 
-Kernels (one program per node and head; channels padded to a power of two and masked, fp32 arithmetic):
-- forward, per (destination, batch * head): walks the destination's incoming edges EDGES_PER_STEP at a time through the
-  CSC row pointer, online softmax, accumulates sum alpha (v + e); writes out and the log-sum-exp.
-- backward by destination, per (destination, head), batch looped inside: recomputes alpha from the log-sum-exp,
-  writes grad_q and delta = <dout, out>, and accumulates the batch-summed grad_e of the node's edges (each edge
-  belongs to one program, so no atomics).
-- backward by source, per (source, batch * head): walks the source's outgoing edges in source order (CSR: a
-  source row pointer and a permutation of the edges), recomputes alpha and the score gradient, writes grad_k and
-  grad_v once.
-The row pointers and the permutation are built once per ``SortedEdges``, device and source count, and cached.
+The kernels (``triton_kernels.py``) run one program per node over the whole row of all heads. The index
+tensors (row pointers, the source-order permutation) are built once per ``SortedEdges``, device and source count,
+and cached.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,15 +23,12 @@ from torch import Tensor
 
 from anemo_like.models.ops.autocast import cast_like_autocast
 from anemo_like.models.ops.chunking import SortedEdges
+from anemo_like.models.ops.triton_kernels import backward_dst_kernel, backward_src_kernel, forward_kernel, launch_config
 
 try:
     import triton
-    import triton.language as tl
 except ImportError:  # triton is an optional extra: triton_unavailable_reason says so when the backend is used
-    triton = tl = None
-
-EDGES_PER_STEP = 16
-"""Edges handled per step of a kernel's edge loop (BLOCK_E)."""
+    triton = None
 
 
 def triton_unavailable_reason(device: torch.device) -> str | None:
@@ -108,151 +97,6 @@ def _row_pointer(index: Tensor, rows: int) -> Tensor:
     return torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
 
 
-def _jit(fn: Callable) -> Callable:
-    """``triton.jit``: compiled kernels, or interpreted ones when TRITON_INTERPRET was set before triton and this
-    module were imported (triton decides when it wraps a function). Without triton the plain function, never run."""
-    return fn if triton is None else triton.jit(fn)
-
-
-# Kernels. Tensors are contiguous: node tensors (B, N, H, C), the edge embedding (E, H, C), statistics
-# (B, N_dst, H); row and edge offsets are int64.
-
-
-@_jit
-def _destination_edge_tile(
-    K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask,
-    BLOCK_E: tl.constexpr,
-):  # fmt: skip
-    """Edges [first, first + BLOCK_E) of one destination (those before ``stop``), one head of one sample: the
-    edge mask, the (BLOCK_E, BLOCK_C) tile mask and embedding offsets, and keys + embedding, values + embedding
-    in fp32."""
-    edge = first + tl.arange(0, BLOCK_E)
-    edge_mask = edge < stop
-    tile_mask = edge_mask[:, None] & chan_mask[None, :]
-    source = tl.load(SRC + edge, mask=edge_mask, other=0)
-    src_at = (((batch * num_src + source) * heads + head) * channels)[:, None] + chan[None, :]
-    emb_at = ((edge * heads + head) * channels)[:, None] + chan[None, :]
-    emb = tl.load(EMB + emb_at, mask=tile_mask, other=0.0).to(tl.float32)
-    key = tl.load(K + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
-    value = tl.load(V + src_at, mask=tile_mask, other=0.0).to(tl.float32) + emb
-    return edge_mask, tile_mask, emb_at, key, value
-
-
-@_jit
-def _forward_kernel(
-    Q, K, V, EMB, DST_PTR, SRC, OUT, LSE, num_dst, num_src, heads, channels, scale,
-    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
-):  # fmt: skip
-    node = tl.program_id(0).to(tl.int64)
-    batch_head = tl.program_id(1).to(tl.int64)
-    batch, head = batch_head // heads, batch_head % heads
-    chan = tl.arange(0, BLOCK_C)
-    chan_mask = chan < channels
-    row = (batch * num_dst + node) * heads + head
-    query = tl.load(Q + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-    start, stop = tl.load(DST_PTR + node), tl.load(DST_PTR + node + 1)
-    running_max = tl.full([], float("-inf"), tl.float32)
-    denom = tl.zeros([], tl.float32)
-    acc = tl.zeros([BLOCK_C], tl.float32)
-    for first in range(start, stop, BLOCK_E):
-        edge_mask, _, _, key, value = _destination_edge_tile(
-            K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask, BLOCK_E
-        )
-        score = tl.where(edge_mask, tl.sum(key * query[None, :], axis=1) * scale, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(score, axis=0))
-        weight = tl.exp(score - new_max)
-        rescale = tl.exp(running_max - new_max)
-        denom = denom * rescale + tl.sum(weight, axis=0)
-        acc = acc * rescale + tl.sum(weight[:, None] * value, axis=0)
-        running_max = new_max
-    has_edges = denom > 0.0
-    safe_denom = tl.where(has_edges, denom, 1.0)
-    tl.store(OUT + row * channels + chan, (acc / safe_denom).to(OUT.dtype.element_ty), mask=chan_mask)
-    tl.store(LSE + row, tl.where(has_edges, running_max + tl.log(safe_denom), 0.0))
-
-
-@_jit
-def _backward_dst_kernel(
-    Q, K, V, EMB, OUT, GRAD_OUT, LSE, DST_PTR, SRC, GRAD_Q, GRAD_EMB, DELTA,
-    batch_size, num_dst, num_src, heads, channels, scale,
-    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
-):  # fmt: skip
-    node = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64)
-    chan = tl.arange(0, BLOCK_C)
-    chan_mask = chan < channels
-    start, stop = tl.load(DST_PTR + node), tl.load(DST_PTR + node + 1)
-    for batch in range(0, batch_size):
-        row = (batch * num_dst + node) * heads + head
-        query = tl.load(Q + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-        grad_out = tl.load(GRAD_OUT + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-        out = tl.load(OUT + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-        delta = tl.sum(grad_out * out, axis=0)
-        tl.store(DELTA + row, delta)
-        log_sum_exp = tl.load(LSE + row)
-        grad_query = tl.zeros([BLOCK_C], tl.float32)
-        for first in range(start, stop, BLOCK_E):
-            edge_mask, tile_mask, emb_at, key, value = _destination_edge_tile(
-                K, V, EMB, SRC, first, stop, batch, num_src, heads, head, channels, chan, chan_mask, BLOCK_E
-            )
-            score = tl.sum(key * query[None, :], axis=1) * scale
-            alpha = tl.where(edge_mask, tl.exp(score - log_sum_exp), 0.0)
-            grad_score = alpha * (tl.sum(value * grad_out[None, :], axis=1) - delta)
-            grad_query += scale * tl.sum(grad_score[:, None] * key, axis=0)
-            grad_emb = scale * grad_score[:, None] * query[None, :] + alpha[:, None] * grad_out[None, :]
-            grad_emb += tl.load(GRAD_EMB + emb_at, mask=tile_mask & (batch > 0), other=0.0)
-            tl.store(GRAD_EMB + emb_at, grad_emb, mask=tile_mask)
-        tl.store(GRAD_Q + row * channels + chan, grad_query.to(GRAD_Q.dtype.element_ty), mask=chan_mask)
-
-
-@_jit
-def _backward_src_kernel(
-    Q, K, V, EMB, GRAD_OUT, LSE, DELTA, SRC_PTR, SRC_ORDER, SRC_ORDER_DST, GRAD_K, GRAD_V,
-    num_dst, num_src, heads, channels, scale,
-    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
-):  # fmt: skip
-    source = tl.program_id(0).to(tl.int64)
-    batch_head = tl.program_id(1).to(tl.int64)
-    batch, head = batch_head // heads, batch_head % heads
-    chan = tl.arange(0, BLOCK_C)
-    chan_mask = chan < channels
-    row = (batch * num_src + source) * heads + head
-    key = tl.load(K + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-    value = tl.load(V + row * channels + chan, mask=chan_mask, other=0.0).to(tl.float32)
-    start, stop = tl.load(SRC_PTR + source), tl.load(SRC_PTR + source + 1)
-    grad_key = tl.zeros([BLOCK_C], tl.float32)
-    grad_value = tl.zeros([BLOCK_C], tl.float32)
-    for first in range(start, stop, BLOCK_E):
-        slot = first + tl.arange(0, BLOCK_E)
-        edge_mask = slot < stop
-        tile_mask = edge_mask[:, None] & chan_mask[None, :]
-        edge = tl.load(SRC_ORDER + slot, mask=edge_mask, other=0)
-        dst_row = (batch * num_dst + tl.load(SRC_ORDER_DST + slot, mask=edge_mask, other=0)) * heads + head
-        dst_at = (dst_row * channels)[:, None] + chan[None, :]
-        emb = tl.load(EMB + ((edge * heads + head) * channels)[:, None] + chan[None, :], mask=tile_mask, other=0.0)
-        emb = emb.to(tl.float32)
-        query = tl.load(Q + dst_at, mask=tile_mask, other=0.0).to(tl.float32)
-        grad_out = tl.load(GRAD_OUT + dst_at, mask=tile_mask, other=0.0).to(tl.float32)
-        log_sum_exp = tl.load(LSE + dst_row, mask=edge_mask, other=0.0)
-        delta = tl.load(DELTA + dst_row, mask=edge_mask, other=0.0)
-        score = tl.sum(query * (key[None, :] + emb), axis=1) * scale
-        alpha = tl.where(edge_mask, tl.exp(score - log_sum_exp), 0.0)
-        grad_score = alpha * (tl.sum(grad_out * (value[None, :] + emb), axis=1) - delta)
-        grad_key += scale * tl.sum(grad_score[:, None] * query, axis=0)
-        grad_value += tl.sum(alpha[:, None] * grad_out, axis=0)
-    tl.store(GRAD_K + row * channels + chan, grad_key.to(GRAD_K.dtype.element_ty), mask=chan_mask)
-    tl.store(GRAD_V + row * channels + chan, grad_value.to(GRAD_V.dtype.element_ty), mask=chan_mask)
-
-
-def _launch_config(channels: int) -> dict[str, int | bool]:
-    """Compile-time block sizes and compiler options for head width ``channels`` (FMA fusion asked for explicitly:
-    triton's default for it is changing)."""
-    block_c = 1 << max(0, channels - 1).bit_length()
-    tile = EDGES_PER_STEP * block_c
-    num_warps = 4 if tile >= 2048 else 2 if tile >= 512 else 1
-    return {"BLOCK_E": EDGES_PER_STEP, "BLOCK_C": block_c, "num_warps": num_warps, "enable_fp_fusion": True}
-
-
 def _require_triton(device: torch.device) -> None:
     reason = triton_unavailable_reason(device)
     if reason is not None:
@@ -280,9 +124,9 @@ def graph_attention_op(
     out = q.new_empty(q.shape)
     log_sum_exp = q.new_empty(q.shape[:-1], dtype=torch.float32)
     if out.numel():
-        _forward_kernel[(num_dst, batch * heads)](
+        forward_kernel[(num_dst, batch)](
             q, k, v, e, dst_ptr, src, out, log_sum_exp,
-            num_dst, k.shape[1], heads, channels, 1.0 / math.sqrt(channels), **_launch_config(channels),
+            num_dst, k.shape[1], heads, channels, 1.0 / math.sqrt(channels), **launch_config(heads, channels),
         )  # fmt: skip
     return out, log_sum_exp
 
@@ -312,17 +156,17 @@ def graph_attention_backward_op(
     _require_triton(q.device)
     grad_out, q, k, v, e, out = (t.contiguous() for t in (grad_out, q, k, v, e, out))
     batch, num_dst, heads, channels = q.shape
-    num_src, scale, config = k.shape[1], 1.0 / math.sqrt(channels), _launch_config(channels)
+    num_src, scale, config = k.shape[1], 1.0 / math.sqrt(channels), launch_config(heads, channels)
     grad_q, grad_k, grad_v = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     grad_e = torch.zeros(e.shape, dtype=torch.float32, device=e.device)  # batch-summed in the kernel
     delta = q.new_empty(q.shape[:-1], dtype=torch.float32)
     if grad_q.numel():
-        _backward_dst_kernel[(num_dst, heads)](
+        backward_dst_kernel[(num_dst,)](
             q, k, v, e, out, grad_out, log_sum_exp, dst_ptr, src, grad_q, grad_e, delta,
             batch, num_dst, num_src, heads, channels, scale, **config,
         )  # fmt: skip
     if grad_k.numel():
-        _backward_src_kernel[(num_src, batch * heads)](
+        backward_src_kernel[(num_src, batch)](
             q, k, v, e, grad_out, log_sum_exp, delta, src_ptr, src_order, src_order_dst, grad_k, grad_v,
             num_dst, num_src, heads, channels, scale, **config,
         )  # fmt: skip
@@ -368,7 +212,7 @@ def graph_attention_triton(
         k, v: (B, N_src, H, C) keys and values.
         edge_attr: (E, A) edge features; ``weight`` (H*C, A) and ``bias`` (H*C,) or None embed them (autograd).
         edges: the destination-sorted edges.
-        min_blocks, block_elements: ignored: the kernels stream each node's edges ``EDGES_PER_STEP`` at a time, so
+        min_blocks, block_elements: ignored: the kernels stream each node's edges a tile at a time, so
             beyond the (E, H, C) edge embedding no per-edge tensor exists and there is nothing to split.
 
     Returns:
