@@ -22,7 +22,8 @@ Paths:
 
 Ops per layer: (ops at L layers - ops at L/2 layers) / (L/2), with the same layers per checkpoint segment, so each
 layer carries its share of the segment overhead. Steps are those of ``compare_anchor.py``: mapper chunks 4,
-activation checkpointing, batch 1, no optimiser step.
+activation checkpointing, batch 1, no optimiser step. ``bf16_casts_per_step``: the dtype casts of the same step in
+bf16-mixed (614 at S on the triton path before linear weights were cast once per step, 318 after).
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ PATHS = {
     "triton": ["--graph-attention-backend", "triton", "--triton-stand-in", "--block-elements", str(GPU_BLOCK_ELEMENTS)],
     "anchor": ["--graph-attention-backend", "pyg"],
 }
+BF16 = ["--precision", "bf16-mixed"]
+CAST = "aten._to_copy.default"
+"""A dtype cast: bf16-mixed steps count them (autocast's casts of weights and activations, and their gradients'
+casts back); the anchor harness runs fp32 only, so its row has none."""
 ANCHOR_LOSS_READ = {"aten.detach.default": 1, "aten._local_scalar_dense.default": 1}
 """What the anchor harness's ``float(loss.detach())`` dispatches per step."""
 
@@ -72,7 +77,7 @@ def case_flags(case: str, layers: int) -> list[str]:
 
 
 def ours(flags: list[str]) -> dict[str, int]:
-    """Operators per step by name, from one ``step_time.py --count-ops`` process."""
+    """Operators per step by name, from one ``step_time.py --count-ops`` process (fp32 unless ``flags`` say)."""
     command = [sys.executable, str(STEP_TIME), *flags, "--threads", "1", "--warmup", "1", "--steps", "1"]
     done = subprocess.run([*command, "--count-ops"], capture_output=True, text=True)
     if done.returncode != 0:
@@ -107,6 +112,7 @@ def measure(case: str, path: str) -> dict:
     full, half = (count([*case_flags(case, n), *PATHS[path]]) for n in (layers, layers // 2))
     total = sum(full.values())
     syncs = {name: n for name, n in sorted(full.items()) if is_sync(name)}
+    casts = None if path == "anchor" else ours([*case_flags(case, layers), *PATHS[path], *BF16])[CAST]
     return {
         "benchmark": "host_overhead",
         "case": case,
@@ -117,6 +123,7 @@ def measure(case: str, path: str) -> dict:
         "ops_per_layer": round((total - sum(half.values())) / (layers // 2), 1),
         "syncs_per_step": sum(syncs.values()),
         "syncs": syncs,
+        "bf16_casts_per_step": casts,
         "top_ops": dict(sorted(full.items(), key=lambda kv: -kv[1])[:8]),
     }
 

@@ -256,11 +256,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     def step(read_loss: bool = True) -> tuple[float, float, float, float]:
         cpu_start, start = cpu_time_s(), clock()
-        with torch.set_grad_enabled(args.mode == "train"), precision.autocast():
-            loss = torch.nn.functional.mse_loss(model(x).float(), y)
-        mid = clock()
-        if args.mode == "train":
-            (loss if precision.scaler is None else precision.scaler.scale(loss)).backward()
+        with torch.set_grad_enabled(args.mode == "train"), precision.training_weights(model):  # as the trainer
+            with precision.autocast():
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            mid = clock()
+            if args.mode == "train":
+                (loss if precision.scaler is None else precision.scaler.scale(loss)).backward()
         if optimizer is not None:
             optimizer.step()
         end = clock()

@@ -229,7 +229,10 @@ def check_run_options(config: RunConfig, placement: Placement) -> PrecisionPlan:
         refusal = cuda_graph_refusal(config, placement.device, placement.launch.world_size)
         if refusal is not None:
             raise ValueError(f"training.cuda_graphs=true: {refusal}")
-    precision = precision_plan(config.training.precision, placement.device, cuda_graphs=config.training.cuda_graphs)
+    training = config.training
+    precision = precision_plan(
+        training.precision, placement.device, cuda_graphs=training.cuda_graphs, compiled=bool(config.model.compile)
+    )
     check_backends(config.model, placement.device, precision.autocast_dtype or precision.param_dtype)
     return precision
 

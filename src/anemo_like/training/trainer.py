@@ -190,13 +190,14 @@ class Trainer:
         cfg = self.config.training
         steps = rollout_steps(self.step, config=cfg.rollout)
         scaler = self.precision.scaler
-        with self.precision.autocast():
-            loss = rollout_loss(
-                self.model, batch, spec=self.run.spec, loss_fn=self.run.loss_fn, steps=steps,
-                ensemble=self.run.ensemble, step=self.step, lead_weights=cfg.lead_loss_weights,
-            )  # fmt: skip
-        self.clock.switch("decoder backward")
-        (loss if scaler is None else scaler.scale(loss)).backward()
+        with self.precision.training_weights(self.model):  # cast once for forward, recomputation and backward
+            with self.precision.autocast():
+                loss = rollout_loss(
+                    self.model, batch, spec=self.run.spec, loss_fn=self.run.loss_fn, steps=steps,
+                    ensemble=self.run.ensemble, step=self.step, lead_weights=cfg.lead_loss_weights,
+                )  # fmt: skip
+            self.clock.switch("decoder backward")
+            (loss if scaler is None else scaler.scale(loss)).backward()
         self.clock.switch("optimizer step")
         if self.gradients is not None:
             self.gradients.average()
