@@ -1,7 +1,7 @@
 """The GPU paths on a real CUDA device (marker ``gpu``; every test skips without CUDA): the Triton kernels compiled
 (not interpreted) against the float64 reference, the custom op under torch.compile, SDPA window attention, the
 model on CUDA against CPU, torch.compile module lists, a captured CUDA-graph training step with fused AdamW, the
-CUDA memory snapshot, a CPU checkpoint run on CUDA and an NCCL process group of one.
+CUDA memory snapshot, a CPU checkpoint run on CUDA, an NCCL process group of one and anemo-infer's captured forward.
 
 Run by ``benchmarks/gpu_check.py`` (docs/gpu.md), or ``pytest -m gpu tests/test_gpu.py`` on a CUDA machine.
 """
@@ -287,3 +287,19 @@ def test_nccl_process_group_of_one() -> None:
         torch.testing.assert_close(tensor, torch.arange(4.0, device=CUDA))
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_captured_forward_replays_the_eager_forward(backend: str) -> None:
+    """anemo-infer's cuda_graphs: a replayed forward equals the eager one for new inputs of a captured shape, and a
+    smaller batch gets a graph of its own."""
+    from anemo_like.inference.captured_forward import CapturedForward
+
+    model = make_model(latlon_graph(12, 24, 1), graph_attention_backend=backend).to(CUDA).eval()
+    generator = torch.Generator().manual_seed(4)
+    inputs = [torch.randn(b, 2, 12 * 24, 5, generator=generator).to(CUDA) for b in (2, 2, 1)]
+    with torch.inference_mode():
+        captured = CapturedForward(model)
+        for x in inputs:
+            torch.testing.assert_close(captured(x), model(x), rtol=1e-5, atol=1e-6)
+    assert len(captured.graphs) == 2

@@ -227,8 +227,8 @@ def test_cli_leaves_the_input_dataset_byte_identical_when_asked_to_write_over_it
             ["lead_tme=5d"],
             "unknown config key 'lead_tme' (did you mean 'lead_time'?); allowed here: checkpoint, dataset, input, "
             "boundary, dates, date_range, lead_time, output, grib, batch_size, members, seed, ensemble_stats, device, "
-            "precision, num_threads, memory_budget_gb, num_gpus_per_model, collective_timeout_minutes, verify, "
-            "verification",
+            "precision, num_threads, cuda_graphs, memory_budget_gb, num_gpus_per_model, collective_timeout_minutes, "
+            "verify, verification",
         ),
     ],
     ids=["output-suffix", "no-dates", "bad-date", "misspelled-key"],

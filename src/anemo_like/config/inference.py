@@ -154,6 +154,11 @@ class InferenceConfig(Strict):
         "fp32", description="bf16 / fp16: model weights and activations in that precision; the file is float32"
     )
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads; null keeps torch's default")
+    cuda_graphs: bool = Field(
+        False,
+        description="replay each step's forward pass as a CUDA graph, captured once per batch shape (one GPU "
+        "per model copy; docs/inference.md)",
+    )
     memory_budget_gb: float | None = Field(
         None,
         gt=0,

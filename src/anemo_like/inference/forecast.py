@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from anemo_like.data.zarr_store import format_frequency
+from anemo_like.inference.captured_forward import CapturedForward
 from anemo_like.inference.inputs import ForecastInputs
 from anemo_like.models.forecast_model import ForecastModel
 from anemo_like.models.rollout import ForecastSpec, rollout
@@ -130,6 +131,7 @@ def run_forecasts(
     grid: slice = slice(None),
     gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     progress: bool = False,
+    cuda_graphs: bool = False,
 ) -> tuple[np.ndarray, ForecastStats]:
     """Forecasts (N, M, L, G, V_out) float32 in physical units: ``members`` = M from each of the N initial dates,
     L = ``inputs.steps``.
@@ -152,12 +154,13 @@ def run_forecasts(
     step_seconds = 0.0
     spec = _forecast_spec(inputs).on(device)
     rows = len(init_indices) * members
+    forward = CapturedForward(model) if cuda_graphs else model
     with Progress(rows * inputs.steps, desc="forecast", unit="step", enabled=progress) as bar:
         for first in range(0, rows, batch_size):
             dates, member = np.divmod(np.arange(first, min(first + batch_size, rows)), members)
             batch = _member_batch(inputs, dates, grid, device, dtype)
             noise = _member_noise(model, init_indices[dates], member, seed=seed, device=device)
-            predictions = rollout(model, batch, spec, steps=inputs.steps, gather=gather, noise=noise)
+            predictions = rollout(forward, batch, spec, steps=inputs.steps, gather=gather, noise=noise)
             label = _batch_label(inputs, dates, member, members)
             for step in range(inputs.steps):
                 prediction, seconds = _timed_step(predictions, device)
@@ -169,14 +172,9 @@ def run_forecasts(
                 lead = format_frequency(inputs.step * (step + 1))
                 bar.update(len(dates), date=label, lead=lead, memory=format_mib(peak_memory_mib(device)))
     stats = ForecastStats(
-        seconds=time.perf_counter() - started,
-        step_seconds=step_seconds,
-        forecasts=len(init_indices),
-        members=members,
-        steps=inputs.steps,
-        peak_mib=peak_memory_mib(device),
-        start_mib=start_mib,
-    )
+        seconds=time.perf_counter() - started, step_seconds=step_seconds, forecasts=len(init_indices),
+        members=members, steps=inputs.steps, peak_mib=peak_memory_mib(device), start_mib=start_mib,
+    )  # fmt: skip
     return forecasts, stats
 
 

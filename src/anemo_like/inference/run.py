@@ -13,6 +13,7 @@ from anemo_like.checkpoints.inference import InferenceBundle, load_inference_che
 from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequency
 from anemo_like.distributed.environment import launch_environment, rank_zero_value, select_device
+from anemo_like.inference.captured_forward import cuda_graph_refusal
 from anemo_like.inference.forecast import DTYPES, ForecastStats, format_mib, memory_in_use_mib, run_forecasts
 from anemo_like.inference.forecast_plan import apply_forecast_plan, plan_forecast
 from anemo_like.inference.grib_output import GribPlan, prepare_grib, write_grib
@@ -126,6 +127,8 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
     if device.type == "cpu":  # as in training: chunked forwards return freed heap, which bounds the resident peak
         set_heap_release(bundle.config.system.hardware.release_cpu_heap_mib)
     ranks = place_inference(config, launch, model=bundle.model, trained=bundle.config)
+    if config.cuda_graphs and (refusal := cuda_graph_refusal(bundle.config.model, device, ranks.groups.model_size)):
+        raise ValueError(refusal)
     truth = open_truth(config, bundle.config)
     inputs = open_inputs(config, bundle=bundle, checkpoint=checkpoint, truth=truth)
     plot_variable = _check_verification(config, inputs)
@@ -134,17 +137,10 @@ def prepare(config: InferenceConfig, *, runtime_mib: float | None = None) -> Pre
         apply_forecast_plan(plan, bundle.model, checkpoint, config.memory_budget_gb)
     check_forecasts_fit(config, bundle=bundle, inputs=inputs, ranks=ranks, device=device)  # before they run
     LOG.info(
-        "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, %s",
-        checkpoint,
-        len(inputs.init_indices),
-        inputs.init_dates[0],
-        config.lead_time,
-        inputs.steps,
-        format_frequency(inputs.step),
-        device,
-        config.precision,
-        describe(inputs.store),
-    )
+        "checkpoint %s: %d forecast(s) from %s to +%s (%d steps of %s) on %s, %s, %s", checkpoint,
+        len(inputs.init_indices), inputs.init_dates[0], config.lead_time, inputs.steps, format_frequency(inputs.step),
+        device, config.precision, describe(inputs.store),
+    )  # fmt: skip
     return PreparedRun(
         config=config,
         checkpoint=checkpoint,
@@ -179,6 +175,7 @@ def run(prepared: PreparedRun) -> InferenceOutputs | None:
             grid=grid,
             gather=gather,
             progress=ranks.launch.rank == 0,
+            cuda_graphs=config.cuda_graphs,
         )
         peak = _largest(setup_peak, stats.peak_mib)
         LOG.info(

@@ -39,7 +39,7 @@ class ForecastSpec:
 
 
 def rollout(
-    model: nn.Module,
+    model: nn.Module | Callable[..., Tensor],
     batch: Tensor,
     spec: ForecastSpec,
     *,
