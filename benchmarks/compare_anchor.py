@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from step_time import REFERENCE  # benchmarks/step_time.py
+from step_args import REFERENCE  # benchmarks/step_args.py
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_TIME = REPO / "benchmarks" / "step_time.py"

@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from step_time import REFERENCE, parse_args  # benchmarks/step_time.py
+from step_args import REFERENCE, parse_args  # benchmarks/step_args.py
 
 from anemo_like.models.ops.workspace import GPU_BLOCK_ELEMENTS
 from anemo_like.profiling.op_count import is_sync

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from step_time import REFERENCE  # benchmarks/step_time.py
+from step_args import REFERENCE  # benchmarks/step_args.py
 
 STEP_TIME = Path(__file__).with_name("step_time.py")
 INFERENCE_SETTINGS = {

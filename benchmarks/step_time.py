@@ -15,7 +15,6 @@ step's GPU time; ``step_s_*``, ``fwd_s_median``, ``bwd_s_median``) and ``peak_me
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -23,6 +22,7 @@ import platform
 import statistics
 import time
 
+from step_args import parse_args  # benchmarks/step_args.py
 from step_measures import (  # benchmarks/step_measures.py
     CudaClock,
     WallClock,
@@ -42,103 +42,6 @@ from step_measures import (  # benchmarks/step_measures.py
 
 HARNESS_VERSION = 1
 COMPONENTS = ("encoder", "processor", "decoder")
-REFERENCE = ["--grid", "96x192", "--mesh-res", "4", "--channels", "256", "--layers", "8", "--heads", "16"]
-"""The reference model size of the memory and speed issues, as flags of this script."""
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("graph")
-    g.add_argument(
-        "--grid", default="32x64", help="O<N> octahedral, NLATxNLON cell-centred lat/lon grid, or N Fibonacci points"
-    )
-    g.add_argument("--mesh-res", type=int, default=3, help="icosahedron refinements of the hidden mesh")
-    g.add_argument("--cutoff-factor", type=float, default=0.6)
-    g.add_argument("--knn", type=int, default=3)
-    m = p.add_argument_group("model")
-    m.add_argument("--processor", choices=["graphtransformer", "transformer"], default="graphtransformer")
-    m.add_argument("--channels", type=int, default=128)
-    m.add_argument("--heads", type=int, default=16)
-    m.add_argument("--layers", type=int, default=4)
-    m.add_argument("--mlp-hidden-ratio", type=float, default=4.0)
-    m.add_argument("--num-vars", type=int, default=8, help="prognostic variables")
-    m.add_argument("--multistep", type=int, default=2)
-    m.add_argument("--num-chunks-mapper", type=int, default=4)
-    m.add_argument("--num-chunks-processor", type=int, default=None, help="default: 4 if it divides --layers, else 1")
-    m.add_argument("--no-grad-checkpointing", action="store_true")
-    m.add_argument("--graph-attention-backend", choices=["torch", "reference", "triton"], default="torch")
-    m.add_argument(
-        "--block-elements",
-        default="auto",
-        help="model.block_elements: elements of one scratch block (auto: 2^18 on CPU, 2^24 on a GPU)",
-    )
-    m.add_argument("--window-size", type=int, default=512, help="transformer processor half window")
-    m.add_argument("--node-trainable", type=int, default=8)
-    m.add_argument("--edge-trainable", type=int, default=8)
-    r = p.add_argument_group("run")
-    r.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: timed by CUDA events")
-    r.add_argument("--warmup", type=int, default=2)
-    r.add_argument("--steps", type=int, default=5)
-    r.add_argument("--batch", type=int, default=1)
-    r.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch default)")
-    r.add_argument("--optim", choices=["none", "adamw"], default="none")
-    r.add_argument(
-        "--mode",
-        choices=["train", "infer"],
-        default="train",
-        help="train: forward+backward; infer: eval-mode forward without gradients (ANEMOI_INFERENCE_NUM_CHUNKS* apply)",
-    )
-    r.add_argument(
-        "--release-cpu-heap-mib",
-        type=float,
-        default=32.0,
-        help="system.hardware.release_cpu_heap_mib (0: off, glibc keeps freed heap resident)",
-    )
-    r.add_argument(
-        "--precision",
-        choices=["32", "bf16-mixed", "16-mixed", "bf16"],
-        default="32",
-        help="training.precision: autocast for the mixed modes, a bf16 model and inputs for bf16",
-    )
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument(
-        "--live-tensors",
-        action="store_true",
-        help="after the timed steps, run one more under LiveTensorTracker: peak of live tensors, no allocator effects",
-    )
-    r.add_argument(
-        "--count-flops",
-        action="store_true",
-        help="after the timed steps, count the matmul FLOPs of one more step (torch.utils.flop_counter)",
-    )
-    r.add_argument(
-        "--count-ops",
-        action="store_true",
-        help="after the timed steps, count the aten operators one more step dispatches and its host syncs (the "
-        "harness's own loss read left out)",
-    )
-    r.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps (torch.profiler)")
-    r.add_argument(
-        "--triton-stand-in",
-        action="store_true",
-        help="on CPU, run the triton backend's custom ops as their shape-only stand-ins (zeros): its host-side "
-        "operators can then be counted without a GPU; times and losses mean nothing",
-    )
-    r.add_argument(
-        "--memory-budget-gb",
-        type=float,
-        default=None,
-        help="plan chunks and recomputation for this budget (num_chunks and gradient_checkpointing auto: the "
-        "chunk and checkpointing flags are ignored); reports the plan and its predicted peak",
-    )
-    r.add_argument("--label", default="")
-    r.add_argument("--out", default="", help="also append the JSON line to this file")
-    args = p.parse_args(argv)
-    if args.num_chunks_processor is None:
-        args.num_chunks_processor = 4 if args.layers % 4 == 0 else 1
-    if args.channels % args.heads:
-        p.error(f"--channels ({args.channels}) must be divisible by --heads ({args.heads})")
-    return args
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -249,12 +152,16 @@ def main(argv: list[str] | None = None) -> dict:
     x = torch.randn(args.batch, args.multistep, grid, args.num_vars, generator=generator)
     x = x.to(device, precision.param_dtype)
     y = torch.randn(args.batch, grid, args.num_vars, generator=generator).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optim == "adamw" else None
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.cuda_graphs or None)
+        if args.optim == "adamw"
+        else None
+    )
 
     def clock() -> WallClock | CudaClock:
         return CudaClock(torch) if device.type == "cuda" else WallClock()
 
-    def step(read_loss: bool = True) -> tuple[float, float, float, float]:
+    def eager_step(read_loss: bool = True) -> tuple[float, float, float, float]:
         cpu_start, start = cpu_time_s(), clock()
         with torch.set_grad_enabled(args.mode == "train"), precision.training_weights(model):  # as the trainer
             with precision.autocast():
@@ -270,6 +177,33 @@ def main(argv: list[str] | None = None) -> dict:
         model.zero_grad(set_to_none=True)
         return mid.seconds_since(start), end.seconds_since(mid), cpu_end - cpu_start, loss_value
 
+    def update(batch: torch.Tensor) -> torch.Tensor:
+        """Forward, backward and optimiser step without reading anything back: what a CUDA graph replays."""
+        with torch.set_grad_enabled(args.mode == "train"), precision.training_weights(model):
+            with precision.autocast():
+                loss = torch.nn.functional.mse_loss(model(batch).float(), y)
+            if args.mode == "train":
+                loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        return loss.detach()
+
+    replays = []  # the captured step, made by the first call of graph_step
+
+    def graph_step(read_loss: bool = True) -> tuple[float, float, float, float]:
+        """``update`` replayed as a CUDA graph (captured on the first call, after an eager pass): its whole time."""
+        if not replays:
+            from anemo_like.inference.captured_forward import CapturedForward
+            from anemo_like.training.cuda_graphs import CapturedStep
+
+            replays.append(CapturedStep(update, x, optimizer) if args.mode == "train" else CapturedForward(update))
+        cpu_start, start = cpu_time_s(), clock()
+        loss = replays[0](x)
+        end = clock()
+        loss_value = float(loss) if read_loss else math.nan
+        return end.seconds_since(start), 0.0, cpu_time_s() - cpu_start, loss_value
+
+    step = graph_step if args.cuda_graphs else eager_step  # the timed loops, counters and profiles
     calib_before = calibrate_matmul(torch)
     load_before = machine_load()
     rss_before_steps = current_rss_mib()
@@ -348,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
             "block_elements": args.block_elements,
             "triton_stand_in": args.triton_stand_in,
             "mode": args.mode,
+            "cuda_graphs": args.cuda_graphs,
             "device": args.device,
             "release_cpu_heap_mib": args.release_cpu_heap_mib if heap_release else None,
         },

@@ -87,6 +87,19 @@ def test_step_time_runs_each_precision() -> None:
         assert report["args"]["precision"] == precision and report["step_cpu_s_median"] > 0
 
 
+def test_step_time_cuda_graphs_are_refused_where_they_cannot_be_captured() -> None:
+    """On CPU, or training without the fused AdamW step a captured step ends with (the GPU kit's -best rows)."""
+    for flags, words in (
+        (["--cuda-graphs"], "--cuda-graphs needs --device cuda"),
+        (["--cuda-graphs", "--device", "cuda", "--precision", "16-mixed"], "not 16-mixed"),
+        (["--cuda-graphs", "--device", "cuda"], "--cuda-graphs in training needs --optim adamw"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(BENCHMARKS / "step_time.py"), *flags], capture_output=True, text=True
+        )
+        assert done.returncode == 2 and words in done.stderr.splitlines()[-1], done.stderr
+
+
 def test_memory_benchmark_reports_each_chunk_count_and_the_ratios() -> None:
     """Flags after the reference size override it (here: the tiny size)."""
     command = [sys.executable, str(BENCHMARKS / "memory.py"), "--chunks", "1,4", "--no-inference", *TINY]

@@ -47,8 +47,12 @@ def test_cpu_dry_run_writes_every_section(tmp_path, cache_dir) -> None:
     sections = {s["name"]: s for s in report["sections"]}
     assert sections["tests"]["data"]["counts"]["skipped"] > 10 and sections["tests"]["data"]["counts"]["passed"] == 0
     runs = sections["step_time"]["data"]["runs"]
-    assert [(r["backend"], r["precision"]) for r in runs] == [("triton", "bf16-mixed")]  # torch fallback on CPU
-    assert all(r["step_s_median"] > 0 and r["loss_finite"] for r in runs)
+    assert [(r["case"], r["backend"], r["precision"]) for r in runs] == [
+        ("tiny", "triton", "bf16-mixed"),  # torch fallback on CPU
+        ("tiny-best", "triton", "bf16-mixed"),
+    ]
+    assert runs[0]["step_s_median"] > 0 and runs[0]["loss_finite"]
+    assert runs[1]["skipped"] == "CUDA graphs need a CUDA device" and "--cuda-graphs" in runs[1]["flags"]
     assert sections["train"]["data"]["samples_per_s"] > 0 and sections["bench"]["data"]["full_samples_per_s"] > 0
     assert sections["environment"]["data"]["cuda_available"] is False
     assert "Doctor" in sections["profile"]["data"]["doctor"]
