@@ -211,7 +211,7 @@ def auto_report(tmp_path_factory, cache_dir):
     """The recomputed run with every ``num_chunks: auto`` and a budget to spare (auto picks the fewest chunks);
     no step under torch.profiler (``profiled_steps=0``, as on operational grids)."""
     auto = [f"model.{c}.num_chunks=auto" for c in ("encoder", "processor", "decoder")]
-    overrides = [*RECOMPUTE, *auto, "system.hardware.memory_budget_gb=64", "diagnostics.profile.profiled_steps=0"]
+    overrides = [*RECOMPUTE, *auto, "system.hardware.memory_budget_gb=8", "diagnostics.profile.profiled_steps=0"]
     return measured_report(tmp_path_factory.mktemp("auto"), cache_dir, overrides)
 
 
