@@ -1,38 +1,67 @@
-"""Linear weights cast once per training step under autocast.
+"""Linear weights cast once per training step under autocast, all in one multi-tensor copy.
 
 Autocast casts a weight at each use, and a checkpointed segment's recomputation in backward casts it again (its
-cache lives only inside one autocast context); the gradient comes back through as many casts. Inside
-:func:`linear_weights_cast_once` each ``nn.Linear`` holds its autocast-dtype copy, made by one differentiable cast,
-for the forward and the backward of a step: autocast then finds the weights in its dtype and casts nothing, the
-recomputation reuses the copies, and each gradient reaches its fp32 parameter through one cast back. Forward values
-are those of autocast (the same cast of the same weights); gradients of a weight used several times sum in the
-autocast dtype before the one cast back, as autocast's cache already makes them within one context.
+cache lives only inside one autocast context); each gradient comes back through as many casts, one kernel each.
+Inside :func:`linear_weights_cast_once` each ``nn.Linear`` holds its autocast-dtype copy for the forward and the
+backward of a step: all copies are made by one ``_foreach_copy_`` (one multi-tensor kernel on a GPU), autocast then
+finds the weights in its dtype and casts nothing, the recomputation reuses the copies, and the gradients reach the
+fp32 parameters through one multi-tensor copy back. Forward values are autocast's (the same rounding of the same
+weights); gradients of a weight used several times sum in the autocast dtype before the copy back, as autocast's
+cache already makes them within one context.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+
+class _CastAll(torch.autograd.Function):
+    """``(dtype, *tensors) -> tensors in dtype``; gradients back in each input's dtype; one multi-tensor copy each
+    way (a gradient that is None stays None)."""
+
+    @staticmethod
+    def forward(ctx: Any, dtype: torch.dtype, *tensors: Tensor) -> tuple[Tensor, ...]:
+        ctx.dtypes = [t.dtype for t in tensors]
+        copies = [torch.empty_like(t, dtype=dtype) for t in tensors]
+        torch._foreach_copy_(copies, list(tensors))
+        return tuple(copies)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        given = [i for i, g in enumerate(grads) if g is not None]
+        back: list[Tensor | None] = [None] * len(grads)
+        wide = [torch.empty_like(grads[i], dtype=ctx.dtypes[i]) for i in given]  # type: ignore[arg-type]
+        if wide:
+            torch._foreach_copy_(wide, [grads[i] for i in given])
+        for i, grad in zip(given, wide, strict=True):
+            back[i] = grad
+        return (None, *back)
 
 
 @contextlib.contextmanager
 def linear_weights_cast_once(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
     """Within: every floating ``nn.Linear`` weight and bias of ``model`` not already ``dtype`` is its ``dtype``
     copy (autograd-tracked); the parameters are back in place on exit, also on an error. Spans forward and backward."""
-    swapped: list[tuple[nn.Module, str, nn.Parameter]] = []
+    slots = [
+        (module, name)
+        for module in model.modules()
+        if isinstance(module, nn.Linear)
+        for name in ("weight", "bias")
+        if (p := module._parameters.get(name)) is not None and p.is_floating_point() and p.dtype != dtype
+    ]
+    parameters = [module._parameters[name] for module, name in slots]
+    trained = [p for p in parameters if p.requires_grad]  # frozen ones: copies outside autograd
+    cast = dict(zip(map(id, trained), _CastAll.apply(dtype, *trained) if trained else (), strict=True))
+    copies = [cast[id(p)] if p.requires_grad else p.detach().to(dtype) for p in parameters]
     try:
-        for module in model.modules():
-            if not isinstance(module, nn.Linear):
-                continue
-            for name in ("weight", "bias"):
-                parameter = module._parameters.get(name)
-                if parameter is not None and parameter.is_floating_point() and parameter.dtype != dtype:
-                    swapped.append((module, name, parameter))
-                    module._parameters[name] = parameter.to(dtype)  # type: ignore[assignment]
+        for (module, name), copy in zip(slots, copies, strict=True):
+            module._parameters[name] = copy
         yield
     finally:
-        for module, name, parameter in reversed(swapped):
+        for (module, name), parameter in zip(slots, parameters, strict=True):
             module._parameters[name] = parameter
