@@ -1,4 +1,4 @@
-"""Kernel CRPS estimators (training.crps) and the ensemble CRPS loss (training.ensemble_loss), against closed forms,
+"""Kernel CRPS estimators (scoring.crps) and the ensemble CRPS loss (training.ensemble_loss), against closed forms,
 brute-force O(M^2) sums and Monte Carlo expectations."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from anemo_like.training.crps import CRPS_KINDS, crps, gaussian_crps, pairwise_abs_sum
+from anemo_like.scoring.crps import CRPS_KINDS, crps, gaussian_crps, pairwise_abs_sum
 from anemo_like.training.ensemble_loss import EnsembleCRPSLoss
 from anemo_like.training.loss import WeightedLoss
 

@@ -1,4 +1,4 @@
-"""Ensemble verification sums (training.ensemble_scores) on synthetic ensembles, and their plots
+"""Ensemble verification sums (scoring.ensemble_scores) on synthetic ensembles, and their plots
 (diagnostics.ensemble_plots)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from anemo_like.diagnostics.ensemble_plots import plot_rank_histograms, plot_spread_skill
-from anemo_like.training.ensemble_scores import EnsembleScoreSums
+from anemo_like.scoring.ensemble_scores import EnsembleScoreSums
 
 ARRAYS = ("crps", "ensemble_mean_rmse", "spread", "spread_skill", "rank_histogram")
 

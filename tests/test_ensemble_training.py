@@ -22,8 +22,9 @@ from anemo_like.data.window_dataset import WindowDataset
 from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
 from anemo_like.distributed.groups import group_layout
 from anemo_like.models import ForecastModel, VariableLayout
+from anemo_like.models.member_noise import member_noise, member_seed
 from anemo_like.models.rollout import ForecastSpec, rollout
-from anemo_like.training.ensemble import EnsembleMembers, member_noise, member_seed, rollout_loss
+from anemo_like.training.ensemble import EnsembleMembers, rollout_loss
 from anemo_like.training.loss import WeightedLoss
 from anemo_like.training.trainer import Trainer
 

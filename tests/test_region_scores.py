@@ -20,9 +20,9 @@ from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr, write_anemo
 from anemo_like.diagnostics.plots import REGION_MAP, contiguous_longitudes
 from anemo_like.inference.verification import JSON_SCORES, TABLE, VerificationRequest, verify_forecast
 from anemo_like.models.rollout import ForecastSpec
+from anemo_like.scoring.score_areas import REST, score_areas
 from anemo_like.training.loss import WeightedLoss, WeightedMSE
 from anemo_like.training.scalers import node_note, node_weights
-from anemo_like.training.score_areas import REST, score_areas
 from anemo_like.training.trainer import Trainer
 from anemo_like.training.validation import Scoring, validate
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from anemo_like.runtime.process_memory import AvailableMemory
+
 DEFAULT_PORT = 29500
 
 
@@ -153,6 +155,12 @@ def rank_zero_value(value: str, env: LaunchEnvironment) -> str:
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
+
+
+def rank_zero_memory(memory: AvailableMemory, launch: LaunchEnvironment) -> AvailableMemory:
+    """Rank 0's memory figure on every rank, so that the ranks of a run refuse a size together."""
+    size, source = rank_zero_value(f"{memory.bytes} {memory.source}", launch).split(" ", 1)
+    return AvailableMemory(int(size), source)
 
 
 def select_device(accelerator: str, local_rank: int = 0, *, key: str = "system.hardware.accelerator") -> torch.device:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from anemo_like.inference.scores import format_score, json_score
-from anemo_like.training.ensemble_scores import EnsembleScoreSums
+from anemo_like.inference.score_cells import format_score, json_score
+from anemo_like.scoring.ensemble_scores import EnsembleScoreSums
 
 # verification.json key -> EnsembleScoreSums.as_arrays() name
 JSON_KEYS = {"crps": "crps", "ens_rmse": "ensemble_mean_rmse", "spread": "spread", "ssr": "spread_skill"}

@@ -15,14 +15,13 @@ from anemo_like.data.zarr_store import format_frequency
 from anemo_like.inference.captured_forward import CapturedForward
 from anemo_like.inference.inputs import ForecastInputs
 from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.member_noise import INFERENCE_STREAM, member_noise, member_seed
 from anemo_like.models.rollout import ForecastSpec, rollout
 from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import current_rss_mib, peak_memory_mib, reset_peak_rss
-from anemo_like.training.ensemble import member_noise, member_seed
 
 LOG = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-INFERENCE_STREAM = 2  # the member_seed stream of inference (training 0, validation 1)
 
 
 def memory_in_use_mib(device: torch.device) -> float | None:

@@ -19,12 +19,12 @@ import torch
 from anemo_like.checkpoints.inference import InferenceBundle
 from anemo_like.config.inference import InferenceConfig
 from anemo_like.data.zarr_store import format_frequency
+from anemo_like.distributed.environment import rank_zero_memory
 from anemo_like.inference.forecast import DTYPES
 from anemo_like.inference.inputs import ForecastInputs
 from anemo_like.inference.parallel import InferenceRanks
 from anemo_like.runtime.memory_model import component_models, eval_peak_bytes
 from anemo_like.runtime.size_limits import Size, check_sizes_fit, run_memory
-from anemo_like.training.memory_fit import rank_zero_memory
 
 MEMBERS, BATCH, DATES, LEAD = "members", "batch_size", "dates", "lead_time"
 DAY = datetime.timedelta(days=1)

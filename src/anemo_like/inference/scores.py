@@ -5,12 +5,12 @@ verification.json."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from anemo_like.inference.ensemble_verification import EnsembleVerification
+from anemo_like.inference.ensemble_verification import EnsembleVerification
+from anemo_like.inference.score_cells import format_score, json_score
 
 BASELINES = ("persistence", "climatology")
 
@@ -176,13 +176,3 @@ def parts_table(result: Verification) -> str:
                         cells.append(format_score(getattr(part, key)[kind][li, v]))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def format_score(value: float) -> str:
-    """A table cell: 4 significant digits, ``n/a`` for NaN."""
-    return "n/a" if not np.isfinite(value) else f"{value:.4g}"
-
-
-def json_score(value: float) -> float | None:
-    """A JSON number, None (null) for NaN or inf."""
-    return float(value) if np.isfinite(value) else None

@@ -21,8 +21,8 @@ from anemo_like.data.zarr_store import AnemoiZarr, format_frequency, parse_frequ
 from anemo_like.inference.ensemble_verification import EnsembleVerification
 from anemo_like.inference.scores import ErrorSums, PartScores, Verification
 from anemo_like.inference.state_source import StateSource
-from anemo_like.training.ensemble_scores import EnsembleScoreSums
-from anemo_like.training.score_areas import score_areas
+from anemo_like.scoring.ensemble_scores import EnsembleScoreSums
+from anemo_like.scoring.score_areas import score_areas
 
 LOG = logging.getLogger(__name__)
 TABLE, JSON_SCORES = "verification.md", "verification.json"

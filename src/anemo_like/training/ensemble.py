@@ -19,40 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.distributed import ProcessGroup
 
 from anemo_like.models.forecast_model import ForecastModel
+from anemo_like.models.member_noise import TRAIN_STREAM, member_noise, member_seed
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.models.rollout import ForecastSpec, rollout
-
-TRAIN_STREAM, VALIDATION_STREAM = 0, 1
-
-
-def member_seed(seed: int, stream: int, step: int, member: int, replica: int = 0) -> int:
-    """A 63-bit generator seed for one member of one step of a stream (training, validation, inference) on one
-    data-parallel ``replica``."""
-    entropy = [seed, stream, step, member, replica]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 1)
-
-
-def member_noise(
-    shape: tuple[int, int, int] | None, *, seeds: list[int], device: torch.device
-) -> Callable[[int], Tensor] | None:
-    """Processor noise for consecutive forward passes of B * len(seeds) member-minor rows: pass i reads the i-th
-    (B, N, D) draw of each member's generator (on the CPU, so a seed gives the same noise on any device), as
-    (B * m, N, D). ``shape``: the model's :meth:`noise_shape` for B rows (None: a deterministic model)."""
-    if shape is None:
-        return None
-    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-
-    def noise(_: int) -> Tensor:
-        draws = [torch.randn(shape, generator=g) for g in generators]  # m of (B, N, D)
-        return torch.stack(draws, dim=1).flatten(0, 1).to(device, non_blocking=True)
-
-    return noise
 
 
 @dataclass(frozen=True)

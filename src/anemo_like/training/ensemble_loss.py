@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from anemo_like.training.crps import CRPS_KINDS, crps
+from anemo_like.scoring.crps import CRPS_KINDS, crps
 
 
 class EnsembleCRPSLoss(torch.nn.Module):

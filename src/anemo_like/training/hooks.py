@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from anemo_like.diagnostics.snapshot import MemorySnapshotRecorder
 from anemo_like.training.plan_check import MemoryPlanCheck
-
-if TYPE_CHECKING:
-    from anemo_like.training.trainer import Trainer
+from anemo_like.training.setup import Run
 
 
 class StepHook(Protocol):
@@ -20,21 +18,19 @@ class StepHook(Protocol):
     def close(self) -> None: ...
 
 
-def default_hooks(trainer: Trainer) -> list[StepHook]:
-    """The hooks the run asks for: the memory plan's check (rank 0, when a plan resolved ``auto`` settings) and
-    the memory snapshot recorder (``diagnostics.memory_snapshot``)."""
+def default_hooks(run: Run) -> list[StepHook]:
+    """The hooks ``run`` asks for: the memory plan's check (rank 0, when a plan resolved ``auto`` settings) and the
+    memory snapshot recorder (``diagnostics.memory_snapshot``, into the run folder)."""
     hooks: list[StepHook] = []
-    run = trainer.run
-    if run.memory_plan is not None and trainer.is_main:
-        hooks.append(
-            MemoryPlanCheck(plan=run.memory_plan, device=trainer.device, before_model_mib=run.memory_before_model_mib)
-        )
-    snapshot = trainer.config.diagnostics.memory_snapshot
+    device = run.placement.device
+    if run.memory_plan is not None and run.placement.is_main:
+        hooks.append(MemoryPlanCheck(plan=run.memory_plan, device=device, before_model_mib=run.memory_before_model_mib))
+    snapshot = run.config.diagnostics.memory_snapshot
     if snapshot.enabled:
         hooks.append(
             MemorySnapshotRecorder(
-                device=trainer.device,
-                output_dir=trainer.run_dir / "memory_snapshot",
+                device=device,
+                output_dir=run.placement.run_dir / "memory_snapshot",
                 warmup=snapshot.warmup,
                 steps=snapshot.steps,
                 max_entries=snapshot.max_entries,

@@ -16,10 +16,9 @@ from torch_geometric.data import HeteroData
 
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.setup import DataSetup
-from anemo_like.distributed.environment import LaunchEnvironment, rank_zero_value
+from anemo_like.distributed.environment import LaunchEnvironment, rank_zero_memory
 from anemo_like.runtime.memory_model import activation_peak_bytes, component_models, eval_peak_bytes
 from anemo_like.runtime.memory_plan import choose_plan, count_parameters
-from anemo_like.runtime.process_memory import AvailableMemory
 from anemo_like.runtime.size_limits import Size, check_sizes_fit, run_memory
 
 MEMBERS, ROLLOUT, BATCH, VAL_BATCH = (
@@ -29,12 +28,6 @@ MEMBERS, ROLLOUT, BATCH, VAL_BATCH = (
     "dataloader.batch_size.val",
 )
 BUDGET_KEY = "system.hardware.memory_budget_gb"
-
-
-def rank_zero_memory(memory: AvailableMemory, launch: LaunchEnvironment) -> AvailableMemory:
-    """Rank 0's figure on every rank, so that the ranks refuse together."""
-    size, source = rank_zero_value(f"{memory.bytes} {memory.source}", launch).split(" ", 1)
-    return AvailableMemory(int(size), source)
 
 
 def _row_bytes(

@@ -19,10 +19,10 @@ from anemo_like.diagnostics.plots import (
     plot_region_map,
     plot_rmse_by_lead,
 )
+from anemo_like.models.member_noise import VALIDATION_STREAM, member_noise, member_seed
 from anemo_like.models.rollout import rollout
 from anemo_like.runtime.process_memory import peak_rss_mib
-from anemo_like.training.ensemble import VALIDATION_STREAM, member_noise, member_seed
-from anemo_like.training.ensemble_scores import EnsembleScoreSums
+from anemo_like.scoring.ensemble_scores import EnsembleScoreSums
 from anemo_like.training.metrics import MetricsLog
 from anemo_like.training.setup import Run
 from anemo_like.training.validation import ValidationResult

@@ -33,6 +33,7 @@ from anemo_like.interrupts import acting_on_stop, phase, stop_requests
 from anemo_like.models.ops.collectives import gather_nodes
 from anemo_like.progress import Progress
 from anemo_like.runtime.process_memory import peak_memory_mib
+from anemo_like.scoring.score_areas import score_areas
 from anemo_like.tracking.background import SenderProcess
 from anemo_like.training.cuda_graphs import CapturedStep
 from anemo_like.training.ema import averaged_weights
@@ -44,7 +45,6 @@ from anemo_like.training.optimizer import set_learning_rate, step_unless
 from anemo_like.training.outputs import RunOutputs, forecast_sample, write_run_outputs
 from anemo_like.training.preemption import Preempted
 from anemo_like.training.schedule import learning_rate, rollout_steps
-from anemo_like.training.score_areas import score_areas
 from anemo_like.training.setup import build_run, log_run
 from anemo_like.training.tracking import log_outputs, open_tracker, tracked
 from anemo_like.training.validation import Scoring, ValidationResult, validate
@@ -258,7 +258,7 @@ class Trainer:
     def fit(self, hooks: list[StepHook] | None = None) -> RunOutputs | None:
         """Train to ``training.max_steps``; returns the outputs on rank 0 (None on other data-parallel ranks).
         ``hooks`` default to :func:`default_hooks`; each is closed on every exit path."""
-        hooks = default_hooks(self) if hooks is None else hooks
+        hooks = default_hooks(self.run) if hooks is None else hooks
         tracker = open_tracker(self.run, step=self.step)
         metrics = MetricsLog(
             self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main, tracker=tracker

@@ -15,11 +15,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from anemo_like.data.zarr_store import format_frequency
+from anemo_like.models.member_noise import VALIDATION_STREAM
 from anemo_like.models.rollout import ForecastSpec, rollout
 from anemo_like.progress import Progress
-from anemo_like.training.ensemble import VALIDATION_STREAM, EnsembleMembers
-from anemo_like.training.ensemble_scores import EnsembleScoreSums
-from anemo_like.training.score_areas import ScoreAreas
+from anemo_like.scoring.ensemble_scores import EnsembleScoreSums
+from anemo_like.scoring.score_areas import ScoreAreas
+from anemo_like.training.ensemble import EnsembleMembers
 
 
 @dataclass

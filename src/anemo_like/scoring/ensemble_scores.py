@@ -1,7 +1,7 @@
 """Probabilistic verification of ensemble forecasts, accumulated per lead and variable: fair CRPS, RMSE of the
 ensemble mean, ensemble spread (spread/skill) and rank histograms.
 
-Only torch, numpy and :mod:`anemo_like.training.crps` are imported here, so inference and validation can share it.
+Only torch, numpy and :mod:`anemo_like.scoring.crps` are imported here, so inference and validation can share it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from anemo_like.training.crps import crps
+from anemo_like.scoring.crps import crps
 
 SUMS = ("crps_sum", "squared_error_sum", "variance_sum", "weight_sum")
 
