@@ -15,7 +15,7 @@ import torch
 from inference_helpers import ERRORS_DOC
 
 from anemo_like.runtime.cgroup_memory import cgroup_memory
-from anemo_like.runtime.process_memory import AvailableMemory, cpu_memory_ceilings
+from anemo_like.runtime.process_memory import AvailableMemory, MemoryCeiling, cpu_memory_ceilings
 from anemo_like.runtime.size_limits import check_budget_below, format_gib, run_memory
 
 GIB = 2**30
@@ -72,9 +72,10 @@ def test_a_budget_above_the_jobs_limit_is_refused_naming_it(tmp_path) -> None:
     write_group(tmp_path / "slurm/job_7", memory_max=str(8 * GIB), memory_current=str(GIB))
     group = cgroup_memory(tmp_path, membership)
     assert group is not None
-    ceiling = AvailableMemory(group.limit, f"the memory limit of this process's control group, {group.where}")
+    memory = AvailableMemory(group.limit, f"the memory limit of this process's control group, {group.where}")
+    ceiling = MemoryCeiling(memory, "{source} ({limit})", CGROUP_REMEDY)
     with pytest.raises(ValueError) as info:
-        check_budget_below(12, "system.hardware.memory_budget_gb", [(ceiling, CGROUP_REMEDY)])
+        check_budget_below(12, "system.hardware.memory_budget_gb", [ceiling])
     line = (
         "system.hardware.memory_budget_gb=12 is more than the memory limit of this process's control group, "
         "LIMIT_FILE (8.0 GiB); set system.hardware.memory_budget_gb to at most 8.0 GiB, or ask for more memory "
@@ -82,13 +83,17 @@ def test_a_budget_above_the_jobs_limit_is_refused_naming_it(tmp_path) -> None:
     )
     assert str(info.value) == line.replace("LIMIT_FILE", group.where)
     assert f"`{line}`" in ERRORS_DOC
-    check_budget_below(8, "system.hardware.memory_budget_gb", [(ceiling, CGROUP_REMEDY)])  # at the limit: kept
+    check_budget_below(8, "system.hardware.memory_budget_gb", [ceiling])  # at the limit: kept
 
 
 def test_the_lowest_ceiling_is_named() -> None:
     ceilings = [
-        (AvailableMemory(6 * GIB, "the memory limit of this process's control group, /j/memory.max"), CGROUP_REMEDY),
-        (AvailableMemory(4 * GIB, "this machine's memory, MemTotal"), ""),
+        MemoryCeiling(
+            AvailableMemory(6 * GIB, "the memory limit of this process's control group, /j/memory.max"),
+            "{source} ({limit})",
+            CGROUP_REMEDY,
+        ),
+        MemoryCeiling(AvailableMemory(4 * GIB, "this machine's memory, MemTotal"), "{source} ({limit})"),
     ]
     with pytest.raises(ValueError, match=r"MemTotal \(4.0 GiB\); set K to at most 4.0 GiB$"):
         check_budget_below(7, "K", ceilings)
@@ -97,7 +102,7 @@ def test_the_lowest_ceiling_is_named() -> None:
 
 
 def test_a_budget_above_this_machines_memory_is_refused_by_both_commands() -> None:
-    total = next(c.bytes for c, _ in cpu_memory_ceilings() if c.source == "this machine's memory, MemTotal")
+    total = next(c.memory.bytes for c in cpu_memory_ceilings() if c.memory.source == "this machine's memory, MemTotal")
     for key in ("system.hardware.memory_budget_gb", "memory_budget_gb"):
         with pytest.raises(ValueError) as info:
             run_memory(100_000, key, torch.device("cpu"))

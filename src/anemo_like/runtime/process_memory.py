@@ -119,18 +119,31 @@ def available_memory(device: torch.device) -> AvailableMemory:
     return min(candidates, key=lambda memory: memory.bytes)
 
 
-def cpu_memory_ceilings() -> list[tuple[AvailableMemory, str]]:
-    """The most a CPU run could ever use, each with what raises it: the room under RLIMIT_AS, the control group's
-    memory limit and the machine's memory (MemTotal); a budget above any of them cannot be kept."""
+@dataclass(frozen=True)
+class MemoryCeiling:
+    """The most a process could ever use under one limit: the memory, how a refusal names it (``phrase``, with
+    ``{limit}`` for the formatted size and ``{source}`` for ``memory.source``) and what raises it."""
+
+    memory: AvailableMemory
+    phrase: str
+    remedy: str = ""
+
+
+def cpu_memory_ceilings() -> list[MemoryCeiling]:
+    """The most a CPU run could ever use: the room under RLIMIT_AS, the control group's memory limit and the
+    machine's memory (MemTotal); a budget above any of them cannot be kept."""
     ceilings = []
     room = _address_space_room()
     if room is not None:
-        ceilings.append((room, "raise the limit (ulimit -v)"))
+        ceilings.append(
+            MemoryCeiling(room, "this process may still use ({limit}: {source})", "raise the limit (ulimit -v)")
+        )
     group = cgroup_memory()
     if group is not None:
         where = f"the memory limit of this process's control group, {group.where}"
-        ceilings.append((AvailableMemory(group.limit, where), "ask for more memory (SLURM --mem, a container's limit)"))
+        remedy = "ask for more memory (SLURM --mem, a container's limit)"
+        ceilings.append(MemoryCeiling(AvailableMemory(group.limit, where), "{source} ({limit})", remedy))
     total = _meminfo_bytes("MemTotal")
     if total is not None:
-        ceilings.append((AvailableMemory(total, "this machine's memory, MemTotal"), ""))
+        ceilings.append(MemoryCeiling(AvailableMemory(total, "this machine's memory, MemTotal"), "{source} ({limit})"))
     return ceilings

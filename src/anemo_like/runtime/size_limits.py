@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from anemo_like.runtime.process_memory import AvailableMemory, available_memory, cpu_memory_ceilings
+from anemo_like.runtime.process_memory import AvailableMemory, MemoryCeiling, available_memory, cpu_memory_ceilings
 
 Estimate = Callable[[dict[str, int]], int]
 """Bytes a run needs for given values of its sizes (by key); never smaller for a larger value."""
@@ -50,21 +50,17 @@ def run_memory(budget_gb: float | None, budget_key: str, device: torch.device) -
     return AvailableMemory(budget, budget_key)
 
 
-def check_budget_below(budget_gb: float, budget_key: str, ceilings: list[tuple[AvailableMemory, str]]) -> None:
-    """Raise ValueError naming the lowest of ``ceilings`` (memory, what raises it) when the budget is above it."""
-    above = [ceiling for ceiling in ceilings if int(budget_gb * 2**30) > ceiling[0].bytes]
+def check_budget_below(budget_gb: float, budget_key: str, ceilings: list[MemoryCeiling]) -> None:
+    """Raise ValueError naming the lowest of ``ceilings`` when the budget is above it."""
+    above = [ceiling for ceiling in ceilings if int(budget_gb * 2**30) > ceiling.memory.bytes]
     if not above:
         return
-    lowest, remedy = min(above, key=lambda ceiling: ceiling[0].bytes)
-    limit = format_gib(lowest.bytes)
-    what = (
-        f"this process may still use ({limit}: {lowest.source})"
-        if lowest.source.startswith("RLIMIT_AS")
-        else f"{lowest.source} ({limit})"
-    )
+    lowest = min(above, key=lambda ceiling: ceiling.memory.bytes)
+    limit = format_gib(lowest.memory.bytes)
+    what = lowest.phrase.format(limit=limit, source=lowest.memory.source)
     raise ValueError(
         f"{budget_key}={budget_gb:g} is more than {what}; set {budget_key} to at most {limit}"
-        + (f", or {remedy}" if remedy else "")
+        + (f", or {lowest.remedy}" if lowest.remedy else "")
     )
 
 
