@@ -13,6 +13,7 @@ cache already makes them within one context.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,21 +44,35 @@ class _CastAll(torch.autograd.Function):
         return (None, *back)
 
 
+_LINEAR_SLOTS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, str]]] = weakref.WeakKeyDictionary()
+"""Per model (dropped with it): its ``nn.Linear`` weight and bias slots, found once rather than every step."""
+
+
+def _linear_slots(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    if model not in _LINEAR_SLOTS:
+        _LINEAR_SLOTS[model] = [
+            (module, name)
+            for module in model.modules()
+            if isinstance(module, nn.Linear)
+            for name in ("weight", "bias")
+            if module._parameters.get(name) is not None
+        ]
+    return _LINEAR_SLOTS[model]
+
+
 @contextlib.contextmanager
 def linear_weights_cast_once(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
     """Within: every floating ``nn.Linear`` weight and bias of ``model`` not already ``dtype`` is its ``dtype``
     copy (autograd-tracked); the parameters are back in place on exit, also on an error. Spans forward and backward."""
     slots = [
         (module, name)
-        for module in model.modules()
-        if isinstance(module, nn.Linear)
-        for name in ("weight", "bias")
-        if (p := module._parameters.get(name)) is not None and p.is_floating_point() and p.dtype != dtype
+        for module, name in _linear_slots(model)
+        if (p := module._parameters[name]).is_floating_point() and p.dtype != dtype
     ]
     parameters = [module._parameters[name] for module, name in slots]
     trained = [p for p in parameters if p.requires_grad]  # frozen ones: copies outside autograd
-    cast = dict(zip(map(id, trained), _CastAll.apply(dtype, *trained) if trained else (), strict=True))
-    copies = [cast[id(p)] if p.requires_grad else p.detach().to(dtype) for p in parameters]
+    cast = iter(_CastAll.apply(dtype, *trained) if trained else ())
+    copies = [next(cast) if p.requires_grad else p.detach().to(dtype) for p in parameters]
     try:
         for (module, name), copy in zip(slots, copies, strict=True):
             module._parameters[name] = copy
