@@ -57,7 +57,7 @@ GPU_OUT ?= $(if $(OUT),$(OUT),outputs/gpu-check)
 .PHONY: gpu-wheels gpu-check
 
 gpu-wheels: $(VENV)/.installed-test
-	$(VENV)/bin/python benchmarks/gpu_wheels.py --out .gpu-wheels
+	$(VENV)/bin/python benchmarks/gpu/gpu_wheels.py --out .gpu-wheels
 
 gpu-check:
-	$(GPU_PYTHON) benchmarks/gpu_check.py --wheels .gpu-wheels --out $(GPU_OUT)
+	$(GPU_PYTHON) benchmarks/gpu/gpu_check.py --wheels .gpu-wheels --out $(GPU_OUT)

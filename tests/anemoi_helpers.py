@@ -10,7 +10,7 @@ import xarray as xr
 from inference_helpers import infer_config
 
 from anemo_like.anemoi_import.convert import import_checkpoint
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.inference.run import run_inference
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "anemoi"

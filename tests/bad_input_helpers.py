@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from anemo_like.config import ConfigError, RunConfig, config_dir, validate_config
 from anemo_like.config.validate import check_override_keys
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 FORCINGS = ["cos_latitude", "sin_latitude", "cos_longitude", "sin_longitude"]
 VARIABLES = [*FORCINGS, "sp", "t_850", "z_500"]

@@ -20,7 +20,7 @@ from anemo_like.config.inference import (
     inference_config_dir,
     validate_inference_config,
 )
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.inference.run import prepare
 
 ERRORS_DOC = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()

@@ -9,7 +9,7 @@ import numpy as np
 from bad_input_helpers import N_DATES, VARIABLES
 
 from anemo_like.data.sphere import unit_vectors
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 BOX_ROWS = 11  # the box: latitudes -10 .. 10, longitudes 0 .. 20, every 2 degrees
 DATES = np.datetime64("2000-01-01T00", "s") + np.arange(N_DATES) * np.timedelta64(6, "h")

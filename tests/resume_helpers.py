@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from anemo_like.training import trainer as trainer_module
+from anemo_like.training import run_checkpoints as checkpoints_module
 
 
 class Killed(Exception):
@@ -13,11 +13,11 @@ class Killed(Exception):
 
 def die_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """From now on (until ``monkeypatch.undo()``) a run raises :class:`Killed` once it saved step ``step``."""
-    save = trainer_module.save_training_checkpoint
+    save = checkpoints_module.save_training_checkpoint
 
     def save_then_die(path, **kwargs):
         save(path, **kwargs)
         if kwargs["step"] == step:
             raise Killed
 
-    monkeypatch.setattr(trainer_module, "save_training_checkpoint", save_then_die)
+    monkeypatch.setattr(checkpoints_module, "save_training_checkpoint", save_then_die)

@@ -15,7 +15,7 @@ from conftest import SHARED_DATASET
 from inference_helpers import documented
 from resume_helpers import Killed, die_after_checkpoint
 
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.training.trainer import Trainer
 
 STEPS = ["training.max_steps=30", "training.val_every_n_steps=10", "training.checkpoint_every_n_steps=10"]

@@ -1,8 +1,12 @@
-"""The package layers: each package imports only the packages below it (read from the source with ``ast``)."""
+"""The package layers: each package imports only the packages below it (read from the source with ``ast``); the
+benchmarks: grouped by purpose, sharing one module for running commands and reading what they print."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "anemo_like"
@@ -155,3 +159,52 @@ def test_no_module_import_cycle_type_checking_imports_included() -> None:
         if state[name] == 0:
             visit(name, [name])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+BENCHMARKS = PACKAGE.parents[1] / "benchmarks"
+PURPOSES = {"speed", "scaling", "anchor", "skill", "gpu", "data"}  # benchmarks/__init__.py says what each holds
+SHARED_RUNNER = BENCHMARKS / "script_runs.py"
+READS_PRINTED_JSON = re.compile(r"json\.loads\([^)\n]*(stdout|lines\[-1\]|splitlines\(\)\[-1\])")
+
+
+def test_benchmarks_sit_in_folders_by_purpose_beside_one_shared_module() -> None:
+    """Scripts live in one folder per purpose, each a package with a docstring; at the top only the shared module."""
+    assert {p.name for p in BENCHMARKS.glob("*.py")} == {"__init__.py", SHARED_RUNNER.name}
+    folders = {p.name for p in BENCHMARKS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == PURPOSES
+    for folder in sorted(folders):
+        init = BENCHMARKS / folder / "__init__.py"
+        assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), f"{init}: say what the folder holds"
+        assert list((BENCHMARKS / folder).glob("*.py")) != [init], f"{folder}: an empty folder"
+
+
+def test_benchmarks_run_commands_and_read_their_json_through_the_shared_module() -> None:
+    """Reading the JSON line a command printed, and the helpers every script needs (CPU seconds, VmHWM, a free port),
+    are written once, in ``benchmarks/script_runs.py``."""
+    shared = {"last_json", "run_json", "run_checked", "run_logged", "recorded", "cpu_s", "status_mib", "free_port"}
+    again = []
+    for path in sorted(BENCHMARKS.rglob("*.py")):
+        if path == SHARED_RUNNER:
+            continue
+        source = path.read_text()
+        if found := READS_PRINTED_JSON.search(source):
+            again.append(f"{path.relative_to(BENCHMARKS)}: reads printed JSON ({found.group(0)})")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef) and node.name in shared | {"json_line", "cpu_time_s", "run_once"}:
+                again.append(f"{path.relative_to(BENCHMARKS)}:{node.lineno} defines {node.name}")
+    assert not again, "use benchmarks/script_runs.py instead:\n" + "\n".join(again)
+    assert shared <= {n.name for n in ast.parse(SHARED_RUNNER.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_benchmark_module_imports_from_its_folder() -> None:
+    """Every benchmark module imports (its siblings and the shared module by their ``benchmarks.*`` names), in one
+    process: a moved script whose imports broke fails here, before its slower dry run."""
+    names = [
+        ".".join(path.relative_to(BENCHMARKS.parent).with_suffix("").parts)
+        for path in sorted(BENCHMARKS.glob("*/*.py"))
+        if path.name != "__init__.py"
+    ]
+    code = f"import importlib, sys\nsys.path.insert(0, {str(BENCHMARKS.parent)!r})\n"
+    code += f"for name in {names!r}:\n    importlib.import_module(name)\nprint(len(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

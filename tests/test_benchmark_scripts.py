@@ -14,6 +14,7 @@ TINY = ["--grid", "12x24", "--mesh-res", "1", "--channels", "16", "--layers", "2
 
 
 def run(script: str, *flags: str) -> dict:
+    """``benchmarks/SCRIPT`` (``folder/name.py``) at the tiny size; its one JSON line."""
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *TINY, *flags], capture_output=True, text=True, timeout=300
     )
@@ -23,7 +24,9 @@ def run(script: str, *flags: str) -> dict:
 
 
 def test_sharding_benchmark_counts_bytes_per_strategy() -> None:
-    report = run("sharding.py", "--processor-chunks", "2", "--ranks", "1,2", "--steps", "1", "--num-chunks", "2")
+    report = run(
+        "scaling/sharding.py", "--processor-chunks", "2", "--ranks", "1,2", "--steps", "1", "--num-chunks", "2"
+    )
     settings = {(s["ranks_per_model"], s["strategy"]): s for s in report["settings"]}
     assert set(settings) == {(1, "none"), (2, "edges"), (2, "heads")}
     assert settings[(1, "none")]["bytes_per_step_all_ranks"] == {"activations": 0, "gradients": 0}
@@ -35,14 +38,14 @@ def test_sharding_benchmark_counts_bytes_per_strategy() -> None:
 
 
 def test_sharded_inference_benchmark_reports_every_rank() -> None:
-    report = run("sharded_inference.py", "--ranks", "1", "2", "--lead-time", "12h")
+    report = run("scaling/sharded_inference.py", "--ranks", "1", "2", "--lead-time", "12h")
     assert {p: len(peaks) for p, peaks in report["per_rank_peak_mib"].items()} == {"1": 1, "2": 2}
     assert all(mib > 0 for peaks in report["per_rank_peak_mib"].values() for mib in peaks)
     assert report["peak_ratio"]["1"] == 1.0 and set(report["forecast_ratio"]) == {"1", "2"}
 
 
 def test_attention_benchmark_lists_every_backend() -> None:
-    report = run("attention.py", "--window", "4", "--steps", "1", "--skip-model")
+    report = run("speed/attention.py", "--window", "4", "--steps", "1", "--skip-model")
     rows = {(r["attention"], r["backend"]): r for r in report["backends"]}
     assert set(rows) == {
         ("graph", "torch"), ("graph", "reference"), ("graph", "triton"),
@@ -57,7 +60,14 @@ def test_attention_benchmark_lists_every_backend() -> None:
 def test_throughput_benchmark_reports_every_setting(tmp_path, cache_dir) -> None:
     from conftest import TINY_MODEL
 
-    command = [sys.executable, str(BENCHMARKS / "throughput.py"), "--dataset", "builtin", "--config-name", "quickstart"]
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "speed" / "throughput.py"),
+        "--dataset",
+        "builtin",
+        "--config-name",
+        "quickstart",
+    ]
     flags = ["--repeats", "1", "--batches", "1", "--workers", "0", "--precisions", "32", "bf16-mixed"]  # nargs last
     overrides = [*TINY_MODEL, "diagnostics.bench.warmup_batches=0", f"system.paths.cache={cache_dir}"]
     done = subprocess.run([*command, *overrides, *flags], capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -73,7 +83,7 @@ def test_throughput_benchmark_reports_every_setting(tmp_path, cache_dir) -> None
 
 
 def test_attention_benchmark_alternates_eager_and_compiled_model_steps() -> None:
-    report = run("attention.py", "--steps", "2", "--skip-backends", "--compile", "torch.nn.LayerNorm")
+    report = run("speed/attention.py", "--steps", "2", "--skip-backends", "--compile", "torch.nn.LayerNorm")
     assert report["backends"] == []
     eager, compiled = report["model"]
     assert eager["compile"] == [] and compiled["compile"] == ["torch.nn.LayerNorm"]
@@ -83,7 +93,7 @@ def test_attention_benchmark_alternates_eager_and_compiled_model_steps() -> None
 
 def test_step_time_runs_each_precision() -> None:
     for precision in ("32", "bf16-mixed"):
-        report = run("step_time.py", "--steps", "1", "--warmup", "1", "--precision", precision)
+        report = run("speed/step_time.py", "--steps", "1", "--warmup", "1", "--precision", precision)
         assert report["args"]["precision"] == precision and report["step_cpu_s_median"] > 0
 
 
@@ -95,14 +105,14 @@ def test_step_time_cuda_graphs_are_refused_where_they_cannot_be_captured() -> No
         (["--cuda-graphs", "--device", "cuda"], "--cuda-graphs in training needs --optim adamw"),
     ):
         done = subprocess.run(
-            [sys.executable, str(BENCHMARKS / "step_time.py"), *flags], capture_output=True, text=True
+            [sys.executable, str(BENCHMARKS / "speed" / "step_time.py"), *flags], capture_output=True, text=True
         )
         assert done.returncode == 2 and words in done.stderr.splitlines()[-1], done.stderr
 
 
 def test_memory_benchmark_reports_each_chunk_count_and_the_ratios() -> None:
     """Flags after the reference size override it (here: the tiny size)."""
-    command = [sys.executable, str(BENCHMARKS / "memory.py"), "--chunks", "1,4", "--no-inference", *TINY]
+    command = [sys.executable, str(BENCHMARKS / "speed" / "memory.py"), "--chunks", "1,4", "--no-inference", *TINY]
     done = subprocess.run([*command, "--steps", "1", "--warmup", "0"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     one, four, summary = (json.loads(line) for line in done.stdout.strip().splitlines())
@@ -115,14 +125,14 @@ def test_memory_benchmark_reports_each_chunk_count_and_the_ratios() -> None:
 def test_step_time_counts_the_recomputation_flops() -> None:
     """Checkpointing reruns the forward in backward: more matmul FLOPs per step than without it."""
     flags = ["--steps", "1", "--warmup", "0", "--count-flops"]
-    checkpointed = run("step_time.py", *flags)["step_gflop"]
-    stored = run("step_time.py", *flags, "--no-grad-checkpointing")["step_gflop"]
+    checkpointed = run("speed/step_time.py", *flags)["step_gflop"]
+    stored = run("speed/step_time.py", *flags, "--no-grad-checkpointing")["step_gflop"]
     assert 1.1 * stored < checkpointed < 1.6 * stored
 
 
 def test_compare_anchor_tabulates_ratios_against_a_stand_in_anchor() -> None:
     """Our own step_time.py stands in for the anchor harness (same flags, same JSON fields)."""
-    script, step_time = BENCHMARKS / "compare_anchor.py", BENCHMARKS / "step_time.py"
+    script, step_time = BENCHMARKS / "anchor" / "compare_anchor.py", BENCHMARKS / "speed" / "step_time.py"
     stand_in = ["--anchor-python", sys.executable, "--anchor-run", str(step_time)]
     command = [sys.executable, str(script), "--cases", "S", "--rounds", "1", "--steps", "1", *stand_in]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -139,7 +149,7 @@ def test_compare_anchor_tabulates_ratios_against_a_stand_in_anchor() -> None:
 
 def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
     missing = tmp_path / "venv" / "bin" / "python"
-    command = [sys.executable, str(BENCHMARKS / "compare_anchor.py"), "--anchor-python", str(missing)]
+    command = [sys.executable, str(BENCHMARKS / "anchor" / "compare_anchor.py"), "--anchor-python", str(missing)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and f"{missing} does not exist" in done.stderr
     done = subprocess.run([*command[:2], "--rounds", "0"], capture_output=True, text=True, timeout=60)
@@ -147,8 +157,8 @@ def test_compare_anchor_names_a_missing_anchor(tmp_path) -> None:
 
 
 def test_ensemble_skill_reads_verification_files_and_checks_each_target(monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from ensemble_skill import LEADS, SCORED, mean_rmse_ratios, table, targets
+    monkeypatch.syspath_prepend(str(BENCHMARKS.parent))
+    from benchmarks.skill.ensemble_skill import LEADS, SCORED, mean_rmse_ratios, table, targets
 
     every_lead = [*LEADS, "6h", "2d"]
 
@@ -178,7 +188,7 @@ linear weights were cast once per step in one multi-tensor copy (runtime/weight_
 
 
 def test_host_overhead_counts_ops_per_step_and_per_layer() -> None:
-    command = [sys.executable, str(BENCHMARKS / "host_overhead.py"), "--cases", "S", "--paths", "triton"]
+    command = [sys.executable, str(BENCHMARKS / "speed" / "host_overhead.py"), "--cases", "S", "--paths", "triton"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = done.stdout.strip().splitlines()
@@ -192,7 +202,7 @@ def test_host_overhead_counts_ops_per_step_and_per_layer() -> None:
 def test_gpu_profile_dry_run_summarises_each_run(tmp_path) -> None:
     """On CPU: our run is profiled (host events, no kernels); the anchor's row says its graph is missing."""
     wheels = tmp_path / "wheels"
-    command = [sys.executable, str(BENCHMARKS / "gpu_profile.py"), "--out", str(tmp_path), "--device", "cpu"]
+    command = [sys.executable, str(BENCHMARKS / "gpu" / "gpu_profile.py"), "--out", str(tmp_path), "--device", "cpu"]
     done = subprocess.run(
         [*command, "--cases", "S", "--steps", "1", "--wheels", str(wheels)], capture_output=True, text=True, timeout=600
     )
@@ -212,10 +222,13 @@ ANCHOR = BENCHMARKS.parents[1] / "shared" / "bench" / "anchor" / "run.py"
     reason="needs ../shared/bench/anchor and its venv (bash ../shared/bench/anchor/setup.sh)",
 )
 def test_import_big_dry_run_compares_anemoi_and_ours() -> None:
-    """benchmarks/import_big.py at tiny sizes: anemoi-models' predict_step and our import of its checkpoint, the same
-    day forecast."""
+    """benchmarks/anchor/import_big.py at tiny sizes: anemoi-models' predict_step and our import of its checkpoint,
+    the same day forecast."""
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "import_big.py"), "--dry-run"], capture_output=True, text=True, timeout=300
+        [sys.executable, str(BENCHMARKS / "anchor" / "import_big.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = done.stdout.strip().splitlines()
@@ -223,3 +236,21 @@ def test_import_big_dry_run_compares_anemoi_and_ours() -> None:
     assert report["dry_run"] and report["sizes"]["grid_points"] == 16 * 32
     assert report["errors"]["finite"] and report["errors"]["max_rel_error"] < 1e-5
     assert all(report[k][s] > 0 for k in ("peak_mib", "forecast_wall_s") for s in ("anemoi", "ours"))
+
+
+def test_scaling_dry_run_measures_one_grid_and_redraws_its_report(tmp_path) -> None:
+    """benchmarks/scaling/scaling.py on O48 without the anchor and the sharded runs: the model, read and loader-bound
+    rows (step_time.py, synthetic_dataset.py and anemo-bench found in their folders), then the report redrawn from
+    the saved lines."""
+    script = str(BENCHMARKS / "scaling" / "scaling.py")
+    rows_file, report = tmp_path / "rows.jsonl", tmp_path / "report"
+    flags = ["--grids", "O48", "--no-anchor", "--no-sharded", "--steps", "1", "--warmup", "1", "--out", str(rows_file)]
+    done = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert [(r["row"], r.get("system")) for r in rows] == [("model", "ours"), ("read", None), ("bench", None)]
+    assert not [r for r in rows if "stopped" in r], rows
+    assert rows[0]["points"] == 10944 and rows[0]["step_cpu_s"] > 0 and rows[2]["bound"] in ("io", "compute", "overlap")
+    redraw = [sys.executable, script, "--from", str(rows_file), "--report", str(report)]
+    subprocess.run(redraw, capture_output=True, text=True, timeout=300, check=True)
+    assert "O48" in (report / "scaling.md").read_text() and (report / "scaling.png").stat().st_size > 0

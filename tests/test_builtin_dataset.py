@@ -13,7 +13,7 @@ from anemo_like.data import builtin, quasi_geostrophic
 from anemo_like.data.builtin import BUILTIN_NAME, PROGNOSTIC, VARIABLES, ensure_builtin_dataset, simulate
 from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr
 
-BASELINES_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "builtin_baselines.py"
+BASELINES_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "skill" / "builtin_baselines.py"
 
 
 def load_baselines():

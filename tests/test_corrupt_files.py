@@ -19,7 +19,8 @@ from torch._utils import ExceptionWrapper
 from anemo_like.config import RunConfig
 from anemo_like.config.inference import inference_config_dir, validate_inference_config
 from anemo_like.data.setup import setup_data
-from anemo_like.data.zarr_store import CorruptDatasetError, open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import CorruptDatasetError, open_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 TAIL = "the file is truncated or corrupted: re-copy or rebuild the dataset"
 HOLDS = "variables cos_latitude, sin_latitude, cos_longitude, ... (7 variables)"  # every chunk holds all 7

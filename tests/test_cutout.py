@@ -18,7 +18,8 @@ from anemo_like.data.cutout import CutoutZarr, cutout_keep, default_min_distance
 from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import setup_data
 from anemo_like.data.sphere import EARTH_RADIUS_KM
-from anemo_like.data.zarr_store import compute_statistics, open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr
+from anemo_like.data.zarr_writer import compute_statistics, write_anemoi_zarr
 from anemo_like.inference.inputs import open_truth
 from anemo_like.inference.verification import training_climatology
 

@@ -16,7 +16,7 @@ from conftest import TINY_MODEL
 from distributed_checks import free_port
 
 from anemo_like.data.builtin import FORCINGS, PROGNOSTIC
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.distributed.environment import first_slurm_host, launch_environment
 
 RUN = [*TINY_MODEL, "system.hardware.num_threads=1", "diagnostics.plots=false", "training.val_every_n_steps=1000"]

@@ -19,7 +19,8 @@ from anemo_like.config.schema import ModelConfig
 from anemo_like.config.validate import ConfigError
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.window_dataset import WindowDataset
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.distributed.groups import group_layout
 from anemo_like.models import ForecastModel, VariableLayout
 from anemo_like.models.member_noise import member_noise, member_seed

@@ -120,7 +120,7 @@ def test_stale_forecast_copies_are_removed_and_weights_are_checked_before_a_chec
     with torch.no_grad():
         weight[0, :2] = float("inf")
     with pytest.raises(TrainingDiverged) as diverged:
-        trainer.save_checkpoint()
+        trainer.checkpoints.save(trainer.step)
     assert str(diverged.value) == (
         f"training diverged: after step 3 the weights hold NaN or inf ({name}: 2 values), so no checkpoint was "
         f"written; the last checkpoint, {tmp_path / 'run' / 'checkpoints' / 'last.pt'} (step 3), holds finite "

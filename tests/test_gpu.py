@@ -3,7 +3,7 @@
 model on CUDA against CPU, torch.compile module lists, a captured CUDA-graph training step with fused AdamW, the
 CUDA memory snapshot, a CPU checkpoint run on CUDA, an NCCL process group of one and anemo-infer's captured forward.
 
-Run by ``benchmarks/gpu_check.py`` (docs/gpu.md), or ``pytest -m gpu tests/test_gpu.py`` on a CUDA machine.
+Run by ``benchmarks/gpu/gpu_check.py`` (docs/gpu.md), or ``pytest -m gpu tests/test_gpu.py`` on a CUDA machine.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ further step-time runs are left out of the quick run. Every other section passes
 
 def test_cpu_dry_run_writes_every_section(tmp_path, cache_dir) -> None:
     """With the session's cache: the built-in dataset is generated once for all tests."""
-    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", "cpu", "--quick", "--wheels", ""]
+    command = [sys.executable, str(BENCHMARKS / "gpu" / "gpu_check.py"), "--device", "cpu", "--quick", "--wheels", ""]
     done = subprocess.run(
         [*command, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--cache", str(cache_dir)],
         capture_output=True,
@@ -61,7 +61,7 @@ def test_cpu_dry_run_writes_every_section(tmp_path, cache_dir) -> None:
 def test_sections_and_tests_k_choose_what_runs(tmp_path) -> None:
     """``--sections`` runs only the sections named (the others say they were not asked for) and ``--tests-k``
     passes its expression to pytest; an unknown section is refused by name."""
-    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", "cpu", "--quick", "--wheels", ""]
+    command = [sys.executable, str(BENCHMARKS / "gpu" / "gpu_check.py"), "--device", "cpu", "--quick", "--wheels", ""]
     command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
     done = subprocess.run(
         [*command, "--sections", "environment,tests", "--tests-k", "cuda_graph_training_step"],

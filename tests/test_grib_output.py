@@ -136,7 +136,15 @@ def synthetic_forecast(store, steps: int) -> xr.Dataset:
 
 def test_o48_forecast_round_trips_through_eccodes_and_cfgrib(tmp_path) -> None:
     path = tmp_path / "o48.zarr"
-    command = [sys.executable, str(BENCHMARKS / "synthetic_dataset.py"), "--grid", "O48", "--dates", "4", "--out"]
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "data" / "synthetic_dataset.py"),
+        "--grid",
+        "O48",
+        "--dates",
+        "4",
+        "--out",
+    ]
     subprocess.run([*command, str(path)], check=True, capture_output=True, timeout=120)
     store = open_anemoi_zarr(path)
     dataset = synthetic_forecast(store, steps=3)
@@ -320,7 +328,16 @@ def test_a_full_disk_while_writing_grib(ensemble_model, tmp_path) -> None:
 
 
 def test_grib_write_benchmark_reports_both_formats() -> None:
-    command = [sys.executable, str(BENCHMARKS / "grib_write.py"), "--grid", "O48", "--steps", "2", "--repeats", "1"]
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "speed" / "grib_write.py"),
+        "--grid",
+        "O48",
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["plan_kind"] == "reduced_gg" and report["messages"] == 14 and report["points"] == 10944

@@ -3,7 +3,7 @@ step outside logging makes no device-to-host sync.
 
 The counts are of operators, not of time, so they do not depend on the machine (they do on the torch version:
 ``constraints-cpu.txt`` pins it). A change that adds operators to the step fails here; if it is worth them, raise
-the budget in the same change and say why. ``benchmarks/host_overhead.py`` gives the counts at the speed issue's
+the budget in the same change and say why. ``benchmarks/speed/host_overhead.py`` gives the counts at the speed issue's
 sizes, beside anemoi-models' (``docs/performance.md``).
 """
 
@@ -20,7 +20,7 @@ import torch
 from anemo_like.profiling.op_count import OpCounter, count_ops, is_sync
 from anemo_like.training.trainer import Trainer
 
-STEP_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time.py"
+STEP_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "speed" / "step_time.py"
 TINY = ["--grid", "12x24", "--mesh-res", "1", "--channels", "16", "--layers", "2", "--heads", "4", "--num-vars", "4"]
 CHUNKS = ["--num-chunks-mapper", "2", "--num-chunks-processor", "2"]
 

@@ -15,7 +15,8 @@ from conftest import SHARED_DATASET
 
 from anemo_like.config.loss_schema import LossConfig, NodeMask, NodeScaler, PressureLevelScaler, TendencyScaler
 from anemo_like.data.setup import setup_data
-from anemo_like.data.zarr_store import open_anemoi_zarr, read_tendency_stdev, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr, read_tendency_stdev
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.training.loss import WeightedLoss, WeightedMSE, pointwise_error
 from anemo_like.training.scalers import (
     build_loss,

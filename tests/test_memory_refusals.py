@@ -21,7 +21,7 @@ from bad_input_helpers import FORCINGS, VARIABLES, message_of
 from conftest import TINY_MODEL
 from inference_helpers import documented, infer_config, setup_error
 
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.training.setup import build_run
 from anemo_like.training.trainer import Trainer
 

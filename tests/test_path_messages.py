@@ -29,7 +29,7 @@ from anemo_like.training.run_folder import check_run_folder_is_free
 from anemo_like.training.trainer import Trainer
 from anemo_like.training.warm_start import freeze_modules
 
-SYNTHETIC_DATASET = Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_dataset.py"
+SYNTHETIC_DATASET = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "synthetic_dataset.py"
 LOADERS = {
     "training.resume": load_training_checkpoint,
     "training.init_from": lambda path: read_checkpoint_weights(path, key="training.init_from"),
@@ -275,7 +275,7 @@ def test_freezing_every_module_is_refused_before_the_optimiser(run) -> None:
     assert freeze_modules(model, modules[1:]) > 0  # data_features stays trainable: fine
 
 
-# ------------------------------------------------------------------------------- benchmarks/synthetic_dataset.py
+# ------------------------------------------------------------------------------- benchmarks/data/synthetic_dataset.py
 @pytest.mark.parametrize(
     ("arguments", "error"),
     [

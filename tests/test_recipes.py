@@ -17,7 +17,7 @@ from anemo_like.training.trainer import Trainer
 
 SHORT = ["diagnostics.plots=false", "training.val_every_n_steps=1000", "dataloader.limit_batches.val=1"]
 FULL = "[sp, t_850, u_250, u_850, v_250, v_850, z_500]"
-SYNTHETIC_DATASET = Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_dataset.py"
+SYNTHETIC_DATASET = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "synthetic_dataset.py"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from torch import nn
 
 from anemo_like.config.loss_schema import NodeScaler
 from anemo_like.data.point_masks import BOUNDARY, REGION, write_point_mask
-from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import AnemoiZarr, open_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.diagnostics.plots import REGION_MAP, contiguous_longitudes
 from anemo_like.inference.verification import JSON_SCORES, TABLE, VerificationRequest, verify_forecast
 from anemo_like.models.rollout import ForecastSpec

@@ -11,7 +11,8 @@ from anemo_like.data.forcings import computed_forcings
 from anemo_like.data.normalizer import Normalizer
 from anemo_like.data.variables import VariableRoles
 from anemo_like.data.window_dataset import WindowDataset
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.models.rollout import ForecastSpec, rollout
 
 VARIABLES = ["a", "b", "lsm", "tp"]

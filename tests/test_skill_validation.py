@@ -24,7 +24,7 @@ from anemo_like.training.loss import WeightedMSE
 from anemo_like.training.trainer import Trainer
 from anemo_like.training.validation import Scoring, validate
 
-SKILL_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "skill.py"
+SKILL_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "skill" / "skill.py"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from scipy.spatial import cKDTree
 
 from anemo_like.config.model_schema import GraphConfig, LimitedAreaHidden, StretchedHidden
 from anemo_like.data.point_masks import REGION, write_point_mask
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.graphs import build_graph, graph_fingerprint, load_or_build_graph
 from anemo_like.graphs.areas import area_weights, outside_points, regional_area_weights
 from anemo_like.graphs.builder import DECODER, ENCODER, PROCESSOR

@@ -18,7 +18,7 @@ from resume_helpers import Killed, die_after_checkpoint
 
 from anemo_like.data.builtin import ensure_builtin_dataset
 from anemo_like.data.window_dataset import NonFiniteDataError
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 from anemo_like.inference import load_inference_checkpoint
 from anemo_like.training.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""Reading and writing anemoi-datasets zarr archives (format v2 and v3) with anemo_like.data.zarr_store."""
+"""Reading and writing anemoi-datasets zarr archives (format v2 and v3): data.zarr_store and data.zarr_writer."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import zarr
 
-from anemo_like.data import zarr_store
-from anemo_like.data.zarr_store import open_anemoi_zarr, parse_frequency, write_anemoi_zarr
+from anemo_like.data import zarr_store, zarr_writer
+from anemo_like.data.zarr_store import open_anemoi_zarr, parse_frequency
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "hs-t21-seed1-1y.zarr"
 VARIABLES = ["t_850", "u_850", "z_500"]
@@ -247,7 +248,7 @@ def test_write_never_leaves_a_partial_dataset(tmp_path, monkeypatch) -> None:
     def crash(data):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(zarr_store, "compute_statistics", crash)
+    monkeypatch.setattr(zarr_writer, "compute_statistics", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         write(tmp_path / "a.zarr")
     assert list(tmp_path.iterdir()) == []

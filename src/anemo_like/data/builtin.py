@@ -26,7 +26,8 @@ from anemo_like.data.quasi_geostrophic import (
     check_physical,
     simulate,
 )
-from anemo_like.data.zarr_store import open_anemoi_zarr, write_anemoi_zarr
+from anemo_like.data.zarr_store import open_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 __all__ = [
     "BUILTIN_NAME",

@@ -24,7 +24,7 @@ import numpy as np
 
 from anemo_like.data import builtin
 from anemo_like.data.quasi_geostrophic import simulate_in_chunks
-from anemo_like.data.zarr_store import write_anemoi_zarr
+from anemo_like.data.zarr_writer import write_anemoi_zarr
 
 LOG = logging.getLogger(__name__)
 

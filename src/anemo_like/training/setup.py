@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch_geometric.data import HeteroData
 
 from anemo_like.checkpoints.weights import CheckpointWeights
@@ -24,12 +23,10 @@ from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.setup import DataSetup, setup_data
 from anemo_like.distributed.environment import (
     LaunchEnvironment,
-    launch_environment,
     main_rank_first,
     rank_zero_value,
-    select_device,
 )
-from anemo_like.distributed.groups import ProcessGroups, build_process_groups
+from anemo_like.distributed.groups import ProcessGroups
 from anemo_like.distributed.parallelize import Parallelized, parallelize
 from anemo_like.graphs import graph_fingerprint, load_or_build_graph
 from anemo_like.models.forecast_model import ForecastModel
@@ -60,32 +57,12 @@ from anemo_like.training.init_model import adopt_model, check_same_grid, read_wa
 from anemo_like.training.loss import WeightedLoss
 from anemo_like.training.memory_fit import check_training_fits
 from anemo_like.training.optimizer import build_adamw
-from anemo_like.training.run_folder import check_run_folder_is_free, create_run_folder, remove_stale_temporary_files
+from anemo_like.training.placement import Placement, place
 from anemo_like.training.scalers import build_loss
 from anemo_like.training.schedule import learning_rate_scale
 from anemo_like.training.warm_start import freeze_modules, load_matching_weights
 
 LOG = logging.getLogger(__name__)
-
-
-@dataclass
-class Placement:
-    """Where this process runs: its launch environment, device, process groups and run folder."""
-
-    launch: LaunchEnvironment
-    device: torch.device
-    groups: ProcessGroups
-    run_dir: Path
-
-    @property
-    def is_main(self) -> bool:
-        return self.launch.rank == 0
-
-    @property
-    def validates(self) -> bool:
-        """The ranks of model instance 0 validate (with ensembles: all the members, on that instance); rank 0
-        writes."""
-        return self.groups.dp_rank == 0 and self.groups.ensemble_rank == 0
 
 
 @dataclass
@@ -127,32 +104,6 @@ def open_tracking(config: RunConfig, placement: Placement, sender: SenderProcess
             sender.cancel()
         return None
     return Tracker(tracking, placement.run_dir, sender=sender)
-
-
-def place(config: RunConfig) -> Placement:
-    """Launch environment, device, process groups and the run folder (rank 0's name on every rank), which must not
-    hold another run."""
-    launch = launch_environment()
-    if launch.distributed and not dist.is_initialized():
-        raise RuntimeError(
-            f"launched as rank {launch.rank} of {launch.world_size}, but no process group is open: the command "
-            "(anemo-train, anemo-bench, anemo-profile) opens it"
-        )
-    hardware = config.system.hardware
-    device = select_device(hardware.accelerator, launch.local_rank)
-    run_dir = Path(rank_zero_value(str(Path(config.system.paths.output).expanduser()), launch))
-    create_run_folder(run_dir)
-    check_run_folder_is_free(run_dir, resume=config.training.resume)  # before rank 0 writes anything
-    if launch.rank == 0:
-        remove_stale_temporary_files(run_dir)
-    groups = build_process_groups(
-        launch.world_size,
-        launch.rank,
-        hardware.num_gpus_per_model,
-        config.dataloader.read_group_size,
-        hardware.num_gpus_per_ensemble,
-    )
-    return Placement(launch, device, groups, run_dir)
 
 
 def load_data_and_graph(

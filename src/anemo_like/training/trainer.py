@@ -1,8 +1,9 @@
 """The training loop in plain PyTorch: AdamW, warm-up + cosine LR, clipping, rollout loss, validation, checkpoints.
 
-:func:`~anemo_like.training.setup.build_run` builds the parts; :class:`Trainer` resumes and runs the loop, calling
-its hooks (memory snapshots, profiling) at every step. The hot path never waits for the device: the loss is summed
-on the device and read every ``diagnostics.log_every_n_steps``; stop decisions travel on a CPU group
+:func:`~anemo_like.training.setup.build_run` builds the parts; :class:`Trainer` runs the loop, calling its hooks
+(memory snapshots, profiling) at every step, and resumes and checkpoints through
+:class:`~anemo_like.training.run_checkpoints.RunCheckpoints`. The hot path never waits for the device: the loss is
+summed on the device and read every ``diagnostics.log_every_n_steps``; stop decisions travel on a CPU group
 (:class:`StopVote`). A step whose loss or gradient norm is not finite is skipped on the device, and
 ``training.max_nonfinite_steps`` of them in a row stop the run (:mod:`~anemo_like.training.nonfinite`).
 """
@@ -11,19 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from pathlib import Path
 
 import torch
 
-from anemo_like.checkpoints.finite import first_nonfinite
-from anemo_like.checkpoints.locate import CHECKPOINTS_FOLDER, LATEST
-from anemo_like.checkpoints.training import (
-    read_resume_state,
-    resume_path,
-    save_training_checkpoint,
-    set_rng_state,
-)
 from anemo_like.config.schema import RunConfig
 from anemo_like.data.setup import LoaderOptions
 from anemo_like.diagnostics.phases import PhaseClock
@@ -44,6 +35,7 @@ from anemo_like.training.nonfinite import NonFiniteSteps, TrainingDiverged, grad
 from anemo_like.training.optimizer import set_learning_rate, step_unless
 from anemo_like.training.outputs import RunOutputs, forecast_sample, write_run_outputs
 from anemo_like.training.preemption import Preempted
+from anemo_like.training.run_checkpoints import RunCheckpoints
 from anemo_like.training.schedule import learning_rate, rollout_steps
 from anemo_like.training.setup import build_run, log_run
 from anemo_like.training.tracking import log_outputs, open_tracker, tracked
@@ -64,69 +56,13 @@ class Trainer:
         self.gradients, self.average = run.parallel.gradients, run.weight_average
         self.normalize_batch = self.data.device_normalizer(self.device)
         self.val_loader = self.data.val_loader(self.loader_options("val"))  # built once: workers may persist
-        self.step, self.eager_steps = 0, 0
+        self.eager_steps = 0
         self.captured: CapturedStep | None = None  # training.cuda_graphs: the captured step, once warmed up
         self.clock = PhaseClock(self.device)  # records only while anemo-profile turns it on
-        self._last_save = time.perf_counter()
         self.nonfinite = NonFiniteSteps(self.device, limit=self.config.training.max_nonfinite_steps)
-        self.saved_step: int | None = None  # the step of the newest checkpoint of this run
-        self.run_id = uuid.uuid4().hex  # names this run's checkpoints: pruning deletes only those
-        resume = resume_path(self.config.training.resume, self.checkpoint_path.parent)
-        if resume is not None:
-            self._resume(resume)
+        self.checkpoints = RunCheckpoints(run)
+        self.step = self.checkpoints.resume()  # training.resume: 0 for a new run
         log_run(run)
-
-    # ------------------------------------------------------------------------------------------- state
-    def _resume(self, path: Path) -> None:
-        state = read_resume_state(path, config=self.config.model_dump(mode="json"), graph_hash=self.graph_hash)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.average is not None and "weight_average" in state:
-            self.average.load_state_dict(state["weight_average"])
-        elif self.average is not None:
-            LOG.info("training.ema: %s holds no weight average; the average starts from its weights", path)
-            self.average.reset()
-        set_rng_state(state["rng"])
-        self.step = self.saved_step = int(state["step"])
-        if state.get("run_id") and path.resolve().is_relative_to(self.run_dir.resolve()):
-            self.run_id = state["run_id"]  # continuing this folder's run
-        LOG.info("resumed from %s at step %d", path, self.step)
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.run_dir / CHECKPOINTS_FOLDER / LATEST
-
-    def save_checkpoint(self) -> None:
-        """Write the step's checkpoint (rank 0; every rank checks the weights first, so all stop together if a
-        diverged run left them non-finite: a checkpoint never holds NaN or inf)."""
-        found = first_nonfinite(self.model.state_dict())
-        if found is not None:
-            raise TrainingDiverged(
-                f"training diverged: after step {self.step} the weights hold NaN or inf ({found[0]}: {found[1]} "
-                f"values), so no checkpoint was written; {self._last_checkpoint_advice()}"
-            )
-        if self.is_main:
-            save_training_checkpoint(
-                self.checkpoint_path.parent,
-                model=self.model,
-                optimizer=self.optimizer,
-                step=self.step,
-                config_json=self.config.model_dump_json(),
-                graph_hash=self.graph_hash,
-                keep_last=self.config.training.checkpoint_keep_last,
-                run_id=self.run_id,
-                weight_average=None if self.average is None else self.average.state_dict(),
-            )
-        self._last_save = time.perf_counter()
-        self.saved_step = self.step
-
-    def _last_checkpoint_advice(self) -> str:
-        if self.saved_step is None:
-            return "no checkpoint was written before: start again with a lower training.optimizer.lr"
-        return (
-            f"the last checkpoint, {self.checkpoint_path} (step {self.saved_step}), holds finite weights: resume from "
-            "it (training.resume=auto) with a lower training.optimizer.lr"
-        )
 
     # -------------------------------------------------------------------------------------------- step
     def loader_options(self, split: str) -> LoaderOptions:
@@ -264,16 +200,11 @@ class Trainer:
             self.run_dir / "metrics.jsonl", keep_until_step=self.step, write=self.is_main, tracker=tracker
         )
         started = time.perf_counter()
-        with tracked(tracker), phase("the end of the run (final validation and outputs)", saved=self._saved_for_resume):
+        end = "the end of the run (final validation and outputs)"
+        with tracked(tracker), phase(end, saved=lambda: self.checkpoints.saved_for_resume(self.step)):
             outputs = self._fit(metrics, hooks, started)
             log_outputs(tracker, outputs, log_model=self.config.diagnostics.tracking.log_model)
             return outputs
-
-    def _saved_for_resume(self) -> str | None:
-        """What a stop signal leaves, when the last step is checkpointed (the outputs are then written by resuming)."""
-        if self.saved_step != self.step:
-            return None
-        return f"checkpoint {self.checkpoint_path} holds step {self.step}; training.resume=auto writes the rest"
 
     def _fit(self, metrics: MetricsLog, hooks: list[StepHook], started: float) -> RunOutputs | None:
         try:
@@ -293,7 +224,7 @@ class Trainer:
             seconds = time.perf_counter() - started
             return write_run_outputs(
                 self.run, step=self.step, result=result, metrics=metrics, seconds=seconds, sample=sample,
-                training_checkpoint=self.checkpoint_path,
+                training_checkpoint=self.checkpoints.path,
             )  # fmt: skip
 
     def _train(self, metrics: MetricsLog, hooks: list[StepHook], started: float) -> ValidationResult | None:
@@ -305,7 +236,7 @@ class Trainer:
         progress = Progress(cfg.training.max_steps, desc="training", initial=self.step, enabled=show, log_every=every)
         losses, result, first_step = LossWindow(self.device), None, self.step
         self.model.train()
-        self._last_save = time.perf_counter()
+        self.checkpoints.saved_at = time.perf_counter()
         with stop_requests() as preemption:
             while self.step < cfg.training.max_steps:
                 for hook in hooks:
@@ -362,21 +293,20 @@ class Trainer:
         )
         raise TrainingDiverged(
             f"training diverged: the loss or gradient norm was not finite in {steps} (training.max_nonfinite_steps="
-            f"{limit}); those steps were skipped and training stopped at step {self.step}; "
-            + self._last_checkpoint_advice()
+            f"{limit}); those steps were skipped and training stopped at step {self.step}; " + self.checkpoints.advice()
         )
 
     def _stop_preempted(self, stop_vote: StopVote, progress: Progress, signal: str | None) -> None:
         acting_on_stop()  # a second signal from here on cannot change the status this logs
         stop_vote.finish()
-        self.save_checkpoint()
+        self.checkpoints.save(self.step)
         progress.close()
         LOG.warning(
             "received %s: stopped after step %d, checkpoint %s written; exiting with status 0 "
             "(training.resume=auto continues from it)",
             signal or "a stop signal on another rank",
             self.step,
-            self.checkpoint_path,
+            self.checkpoints.path,
         )
         raise Preempted
 
@@ -387,9 +317,9 @@ class Trainer:
         step is due for either; returns the validation, if one ran here."""
         training = self.config.training
         every_minutes = training.checkpoint_every_minutes
-        timed_save = every_minutes is not None and now - self._last_save > 60 * every_minutes
+        timed_save = every_minutes is not None and now - self.checkpoints.saved_at > 60 * every_minutes
         if self.step % training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save:
-            self.save_checkpoint()
+            self.checkpoints.save(self.step)
         if not (self.step % training.val_every_n_steps == 0 or last or out_of_time):
             return None
         result = None

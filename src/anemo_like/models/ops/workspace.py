@@ -26,7 +26,7 @@ CPU step 5-20 % slower."""
 GPU_BLOCK_ELEMENTS = 1 << 24
 """Default elements of one block on a GPU (64 MiB in fp32): few, large blocks. At the reference model they cut the
 operators a training step dispatches from 54,900 to 7,700 (``torch`` attention backend) and from 12,500 to 5,100
-(``triton``), against 5,824 for anemoi-models (``benchmarks/host_overhead.py``)."""
+(``triton``), against 5,824 for anemoi-models (``benchmarks/speed/host_overhead.py``)."""
 
 
 def resolve_block_elements(requested: int | None, device: torch.device) -> int:

@@ -1,0 +1,1 @@
+"""Synthetic anemoi-datasets zarr archives on any grid, for benchmarks and tests."""

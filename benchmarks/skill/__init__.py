@@ -1,0 +1,1 @@
+"""Training runs scored against anemoi-training's Held-Suarez scores and the built-in baselines."""
