@@ -1,6 +1,6 @@
-"""What the benchmark scripts share: where the repository, ``../shared`` and each script are; running a command
-and reading the JSON line it prints; a logged run's wall and CPU seconds; a measured record kept for ``--reuse``;
-this process's CPU seconds and memory figures; a free TCP port.
+"""What the benchmark scripts share: where the repository, ``../shared``, each script and this Python's commands
+are; running a command and reading the JSON line it prints; a logged run's wall and CPU seconds; a measured record
+kept for ``--reuse``; this process's CPU seconds and memory figures; a free TCP port.
 
 Standard library only: the anchor's venv imports it too. A script in a folder of ``benchmarks/`` makes it
 importable with ``sys.path.insert(0, str(Path(__file__).resolve().parents[2]))`` (the repository root)."""
@@ -12,6 +12,7 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,12 @@ def script(name: str) -> Path:
     if len(found) != 1:
         raise FileNotFoundError(f"{len(found)} benchmark scripts named {name} under {BENCHMARKS}; expected one")
     return found[0]
+
+
+def console_script(name: str) -> str:
+    """This Python's command ``name`` (``anemo-train``, ``anemo-infer``, ...), found with or without the venv
+    activated."""
+    return str(Path(sys.executable).with_name(name))
 
 
 def last_json(text: str) -> dict:

@@ -208,3 +208,28 @@ def test_every_benchmark_module_imports_from_its_folder() -> None:
     code += f"for name in {names!r}:\n    importlib.import_module(name)\nprint(len(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+DRY_RUN_ELSEWHERE = {  # scripts without a dry run of their own in tests/, and why
+    "anchor/anemoi_big_model.py": "anemoi's side of anchor/import_big.py, run by that script's dry run",
+    "gpu/gpu_anchor.py": "needs anemoi-models' CUDA wheels: gpu/gpu_check.py runs it on a GPU (docs/gpu.md)",
+    "gpu/gpu_wheels.py": "downloads the GPU machine's wheels (GBs of CUDA builds): make gpu-wheels",
+    "skill/ensemble_skill.py": "hours of ensemble training; its tables and targets are tested on saved scores",
+    "skill/finetune_skill.py": "hours of Held-Suarez training to score; docs/training.md gives its figures",
+    "skill/regional_skill.py": "hours of regional training to score; docs/regional.md gives its figures",
+}
+
+
+def test_every_benchmark_script_has_its_dry_run_in_the_suite() -> None:
+    """A script (a module with a ``__main__`` block) is run by a test that names it by its folder, or says here
+    why not; a script that gains a dry run leaves the list."""
+    others = sorted(p for p in (PACKAGE.parents[1] / "tests").glob("*.py") if p.name != Path(__file__).name)
+    tests = "".join(path.read_text() for path in others)
+    untested = set()
+    for path in sorted(BENCHMARKS.glob("*/*.py")):
+        folder, name = path.parent.name, path.name
+        if '__name__ == "__main__"' in path.read_text() and not any(
+            mention in tests for mention in (f'"{folder}" / "{name}"', f"{folder}/{name}")
+        ):
+            untested.add(f"{folder}/{name}")
+    assert untested == set(DRY_RUN_ELSEWHERE), f"without a dry run: {sorted(untested)}"

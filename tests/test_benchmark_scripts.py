@@ -236,21 +236,3 @@ def test_import_big_dry_run_compares_anemoi_and_ours() -> None:
     assert report["dry_run"] and report["sizes"]["grid_points"] == 16 * 32
     assert report["errors"]["finite"] and report["errors"]["max_rel_error"] < 1e-5
     assert all(report[k][s] > 0 for k in ("peak_mib", "forecast_wall_s") for s in ("anemoi", "ours"))
-
-
-def test_scaling_dry_run_measures_one_grid_and_redraws_its_report(tmp_path) -> None:
-    """benchmarks/scaling/scaling.py on O48 without the anchor and the sharded runs: the model, read and loader-bound
-    rows (step_time.py, synthetic_dataset.py and anemo-bench found in their folders), then the report redrawn from
-    the saved lines."""
-    script = str(BENCHMARKS / "scaling" / "scaling.py")
-    rows_file, report = tmp_path / "rows.jsonl", tmp_path / "report"
-    flags = ["--grids", "O48", "--no-anchor", "--no-sharded", "--steps", "1", "--warmup", "1", "--out", str(rows_file)]
-    done = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
-    assert [(r["row"], r.get("system")) for r in rows] == [("model", "ours"), ("read", None), ("bench", None)]
-    assert not [r for r in rows if "stopped" in r], rows
-    assert rows[0]["points"] == 10944 and rows[0]["step_cpu_s"] > 0 and rows[2]["bound"] in ("io", "compute", "overlap")
-    redraw = [sys.executable, script, "--from", str(rows_file), "--report", str(report)]
-    subprocess.run(redraw, capture_output=True, text=True, timeout=300, check=True)
-    assert "O48" in (report / "scaling.md").read_text() and (report / "scaling.png").stat().st_size > 0

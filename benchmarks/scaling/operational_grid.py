@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.* importable
 
-from benchmarks.script_runs import script
+from benchmarks.script_runs import console_script, script
 
 COMPONENTS = ("encoder", "processor", "decoder")
 DATES = 48
@@ -134,11 +134,19 @@ def main() -> None:
         profile = ["diagnostics.profile.profiled_steps=0", "diagnostics.profile.loader_batches=4"]
         steps = [
             ("synthetic dataset", [*made, "--out", str(dataset)], None),
-            ("anemo-train", ["anemo-train", *train, f"hydra.run.dir={run}"], None),
-            ("anemo-train (cached graph)", ["anemo-train", *train, f"hydra.run.dir={folder / 'run2'}"], None),
-            ("anemo-infer 5 days", ["anemo-infer", *infer], chunks),
-            ("anemo-profile", ["anemo-profile", *common, *profile, f"hydra.run.dir={folder / 'profile'}"], None),
-            ("anemo-bench", ["anemo-bench", *bench, f"hydra.run.dir={folder / 'bench'}"], None),
+            ("anemo-train", [console_script("anemo-train"), *train, f"hydra.run.dir={run}"], None),
+            (
+                "anemo-train (cached graph)",
+                [console_script("anemo-train"), *train, f"hydra.run.dir={folder / 'run2'}"],
+                None,
+            ),
+            ("anemo-infer 5 days", [console_script("anemo-infer"), *infer], chunks),
+            (
+                "anemo-profile",
+                [console_script("anemo-profile"), *common, *profile, f"hydra.run.dir={folder / 'profile'}"],
+                None,
+            ),
+            ("anemo-bench", [console_script("anemo-bench"), *bench, f"hydra.run.dir={folder / 'bench'}"], None),
         ]
         results = [run_measured(name, command, env) for name, command, env in steps]
     print(json.dumps({"benchmark": "operational_grid", "grid": args.grid, "mesh_res": args.mesh_res, "runs": results}))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.* importable
 
-from benchmarks.script_runs import recorded, run_logged
+from benchmarks.script_runs import console_script, recorded, run_logged
 from benchmarks.skill.finetune_skill import run_command
 from benchmarks.skill.skill import REFERENCE_RMSE
 
@@ -40,7 +40,7 @@ def verify(args: argparse.Namespace, checkpoint: Path, folder: Path, members: in
     """``anemo-infer verify=true`` of ``checkpoint``: 120 h from every ``--every`` of the held-out months; the
     verification.json scores, wall and CPU seconds."""
     command = [
-        str(Path(sys.executable).with_name("anemo-infer")),
+        console_script("anemo-infer"),
         f"checkpoint={checkpoint}",
         f"dataset={args.dataset}",
         f"date_range.start={FIRST_DATE}",

@@ -48,7 +48,7 @@ from anemo_like.data.open_dataset import open_dataset, resolve_name
 from anemo_like.data.point_masks import BOUNDARY, REGION, point_mask
 from anemo_like.data.regional_pair import GLOBAL_NAME, REGION_NAME
 from anemo_like.data.zarr_store import open_anemoi_zarr
-from benchmarks.script_runs import recorded, run_logged
+from benchmarks.script_runs import console_script, recorded, run_logged
 
 MODELS = {"a": "regional_global", "b": "regional_stretched", "c": "regional_lam"}
 SCORED = ("z_500", "t_850", "u_250", "v_250", "sp")
@@ -63,7 +63,7 @@ def train(config: str, run_dir: Path, args: argparse.Namespace, steps: int) -> d
     """``anemo-train --config-name=CONFIG`` for ``steps`` steps, validated and saved once, at its end, into
     ``run_dir`` (reused with ``--reuse`` when it finished); its steps, wall and CPU seconds."""
     command = [
-        str(Path(sys.executable).with_name("anemo-train")),
+        console_script("anemo-train"),
         f"--config-name={config}",
         f"system.paths.output={run_dir}",
         f"hydra.run.dir={run_dir}",
@@ -123,7 +123,7 @@ def forecast(
     fresh = output.is_file() and output.stat().st_mtime > max(path.stat().st_mtime for path in inputs)
     if not (args.reuse and fresh):
         command = [
-            str(Path(sys.executable).with_name("anemo-infer")),
+            console_script("anemo-infer"),
             f"checkpoint={run_dir / 'inference.pt'}",
             f"dates=[{','.join(dates)}]",
             "lead_time=24h",

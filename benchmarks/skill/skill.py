@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.* importable
 
-from benchmarks.script_runs import run_logged
+from benchmarks.script_runs import console_script, run_logged
 
 # anemoi-training 0.17.1 on this machine (issue 11): graph transformer, 128 channels, 6 layers, 1650 steps, 34 min,
 # scored over 40 start dates of another Held-Suarez trajectory; area-weighted RMSE, physical units.
@@ -68,7 +68,7 @@ def final_scores(metrics: Path) -> dict[str, float]:
 def anemo_train_command(config: str, dataset: str | Path, run_dir: Path, overrides: list[str]) -> list[str]:
     """The documented ``anemo-train --config-name=CONFIG data.dataset=DATASET`` writing into ``run_dir``."""
     return [
-        str(Path(sys.executable).with_name("anemo-train")),
+        console_script("anemo-train"),
         f"--config-name={config}",
         f"data.dataset={dataset}",
         f"system.paths.output={run_dir}",
