@@ -1,6 +1,6 @@
 """What the benchmark scripts share: where the repository, ``../shared``, each script and this Python's commands
-are; running a command and reading the JSON line it prints; a logged run's wall and CPU seconds; a measured record
-kept for ``--reuse``; this process's CPU seconds and memory figures; a free TCP port.
+are; running a command and reading the JSON line it prints, and printing one; a logged run's wall and CPU seconds;
+a measured record kept for ``--reuse``; this process's CPU seconds and memory figures; a free TCP port.
 
 Standard library only: the anchor's venv imports it too. A script in a folder of ``benchmarks/`` makes it
 importable with ``sys.path.insert(0, str(Path(__file__).resolve().parents[2]))`` (the repository root)."""
@@ -72,6 +72,16 @@ def run_json(command: Sequence[str | Path], *, env: Mapping[str, str] | None = N
         return last_json(done.stdout)
     except ValueError:
         raise SystemExit(f"{command_text(command)} printed no JSON line:\n{done.stdout[-STDERR_TAIL:]}") from None
+
+
+def print_json(record: dict, out: str | Path | None = None) -> dict:
+    """Print ``record`` as the script's JSON line; with ``out`` (not None or empty), also append it to that file."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out:
+        with Path(out).open("a") as f:
+            f.write(line + "\n")
+    return record
 
 
 def run_logged(command: Sequence[str | Path], log: Path, *, env: Mapping[str, str] | None = None) -> dict:

@@ -181,7 +181,8 @@ def test_benchmarks_sit_in_folders_by_purpose_beside_one_shared_module() -> None
 def test_benchmarks_run_commands_and_read_their_json_through_the_shared_module() -> None:
     """Reading the JSON line a command printed, and the helpers every script needs (CPU seconds, VmHWM, a free port),
     are written once, in ``benchmarks/script_runs.py``."""
-    shared = {"last_json", "run_json", "run_checked", "run_logged", "recorded", "cpu_s", "status_mib", "free_port"}
+    shared = {"last_json", "print_json", "run_json", "run_checked", "run_logged", "recorded", "cpu_s", "status_mib"}
+    shared |= {"free_port", "console_script", "script"}
     again = []
     for path in sorted(BENCHMARKS.rglob("*.py")):
         if path == SHARED_RUNNER:

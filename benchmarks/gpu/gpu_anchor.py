@@ -25,7 +25,6 @@ batch 1, no optimizer step. On CUDA each phase is timed with CUDA events; memory
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -42,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from benchmarks.gpu.gpu_anchor_model import attention_backends, build_model
 from benchmarks.gpu.gpu_anchor_setup import CASES, build_graphs, download_wheels, load_graph, summary_from_tensors
-from benchmarks.script_runs import REPO
+from benchmarks.script_runs import REPO, print_json
 from benchmarks.speed.step_measures import profile_summary
 
 
@@ -301,11 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         build_graphs(Path(args.build_graphs), args.cases)
         return
     result = run_benchmark(args)
-    line = json.dumps(result)
-    print(line, flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    print_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.* importable
 
-from benchmarks.script_runs import ANCHOR_PYTHON, last_json, script
+from benchmarks.script_runs import ANCHOR_PYTHON, last_json, print_json, script
 
 MESH = {"O48": 4, "O96": 5, "O160": 5, "O320": 6}
 MODEL = ["--channels", "256", "--layers", "8", "--heads", "16", "--num-vars", "8", "--multistep", "2"]
@@ -179,33 +179,24 @@ def sharded_row(grid: str, args: argparse.Namespace) -> dict:
     return {"row": "sharded", "grid": grid} | result
 
 
-def emit(row: dict, out: Path | None) -> dict:
-    line = json.dumps(row)
-    print(line, flush=True)
-    if out is not None:
-        with out.open("a") as f:
-            f.write(line + "\n")
-    return row
-
-
 def measure(args: argparse.Namespace) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="anemo-scaling-") as tmp:
         folder = Path(tmp)
         for grid in args.grids:
             points = write_points(grid, folder)
-            rows.append(emit(model_row("ours", grid, points, args), args.out))
+            rows.append(print_json(model_row("ours", grid, points, args), args.out))
             if args.anchor:
-                anchor = emit(model_row("anchor", grid, points, args), args.out)
+                anchor = print_json(model_row("anchor", grid, points, args), args.out)
                 rows.append(anchor)
                 if args.planned_share and "step_memory_mib" in anchor:
                     budget_gb = args.planned_share * anchor["step_memory_mib"] / 1024
-                    rows.append(emit(model_row("ours planned", grid, points, args, budget_gb), args.out))
-            rows.append(emit(read_row(grid, folder, args), args.out))
+                    rows.append(print_json(model_row("ours planned", grid, points, args, budget_gb), args.out))
+            rows.append(print_json(read_row(grid, folder, args), args.out))
         largest = args.grids[-1]
-        rows.append(emit(bound_row(largest, folder, args), args.out))
+        rows.append(print_json(bound_row(largest, folder, args), args.out))
         if args.sharded:
-            rows.append(emit(sharded_row(largest, args), args.out))
+            rows.append(print_json(sharded_row(largest, args), args.out))
     return rows
 
 

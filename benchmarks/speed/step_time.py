@@ -15,7 +15,6 @@ step's GPU time; ``step_s_*``, ``fwd_s_median``, ``bwd_s_median``) and ``peak_me
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.* importable
 
-from benchmarks.script_runs import cpu_s
+from benchmarks.script_runs import cpu_s, print_json
 from benchmarks.speed.step_args import parse_args
 from benchmarks.speed.step_measures import (
     CudaClock,
@@ -327,12 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
         "memory_source": "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs",
         **cuda_memory,
     }
-    line = json.dumps(result)
-    print(line, flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
-    return result
+    return print_json(result, args.out)
 
 
 if __name__ == "__main__":
