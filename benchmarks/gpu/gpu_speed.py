@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from benchmarks.anchor.compare_anchor import CASES
 from benchmarks.gpu.gpu_kit import BudgetSpent, Kit, install_wheels
 from benchmarks.gpu.gpu_report import Section, table
-from benchmarks.script_runs import REPO, last_json, script
+from benchmarks.script_runs import last_json, script
 
 ANCHOR_SCRIPT = script("gpu_anchor.py")
 ANCHOR_PINS = Path(__file__).with_name("gpu_anchor_wheels.txt")
@@ -154,9 +154,6 @@ def step_time_runs(kit: Kit, section: Section, runs: list[tuple[str, str, str]])
 def anchor(kit: Kit, section: Section) -> None:
     """``gpu_anchor.py`` (anemoi-models, Triton backend) in bf16-mixed at ``ANCHOR_CASES``, with its wheels and
     graphs from the wheel folder (``anchor/``, ``anchor_graphs/``)."""
-    if not ANCHOR_SCRIPT.exists():
-        section.skip(f"{ANCHOR_SCRIPT.relative_to(REPO)} is not in this tree")
-        return
     if kit.device != "cuda":
         section.skip("the anchor runs on CUDA only")
         return

@@ -93,15 +93,14 @@ def main(argv: list[str] | None = None) -> None:
         stale.unlink()
     for requirement in pinned(PACKAGES):
         download(requirement, args.out)
-    if ANCHOR_SCRIPT.exists():
-        subprocess.run([sys.executable, str(ANCHOR_SCRIPT), "--download-wheels", str(args.out / "anchor")], check=True)
+    subprocess.run([sys.executable, str(ANCHOR_SCRIPT), "--download-wheels", str(args.out / "anchor")], check=True)
     files = sorted(f for f in args.out.rglob("*") if f.is_file())
     for file in files:
         print(f"{mib(file.stat().st_size):8.2f} MiB  {file.relative_to(args.out)}")
     folder_bytes, tree_bytes = sum(f.stat().st_size for f in files), tracked_bytes()
     total = mib(folder_bytes + tree_bytes)
     print(f"{args.out.name}: {mib(folder_bytes):.2f} MiB ({len(files)} files), tracked tree {mib(tree_bytes):.2f} MiB")
-    print(f"total {total:.2f} MiB of {LIMIT_MIB:.0f} MiB" + ("" if ANCHOR_SCRIPT.exists() else " (no anchor)"))
+    print(f"total {total:.2f} MiB of {LIMIT_MIB:.0f} MiB")
     if total >= LIMIT_MIB:
         raise SystemExit(
             f"{args.out.name} + tracked tree = {total:.2f} MiB: over the {LIMIT_MIB:.0f} MiB the GPU run may carry"
