@@ -226,3 +226,14 @@ def test_a_model_with_floored_outputs_writes_an_inference_checkpoint_that_loads(
     bundle = load_inference_checkpoint(outputs.inference_checkpoint)
     floor = bundle.model.output_floor
     assert floor is not None and torch.isinf(floor).sum() == len(bundle.roles.output) - 1
+
+
+def test_a_timed_checkpoint_falls_due_after_its_minutes_from_the_last_one(tmp_path, compose_run) -> None:
+    timed = Trainer(compose_run(tmp_path / "timed", ["training.checkpoint_every_minutes=1.5"])).checkpoints
+    timed.restart_clock()
+    start = timed.saved_at
+    assert not timed.due_by_time(start + 89.0) and timed.due_by_time(start + 91.0)
+    timed.save(step=0)  # a checkpoint restarts the count
+    assert timed.saved_at >= start and not timed.due_by_time(timed.saved_at + 89.0)
+    untimed = Trainer(compose_run(tmp_path / "untimed", [])).checkpoints
+    assert not untimed.due_by_time(untimed.saved_at + 1e6)

@@ -75,6 +75,16 @@ class RunCheckpoints:
         self.saved_at = time.perf_counter()
         self.saved_step = step
 
+    def due_by_time(self, now: float) -> bool:
+        """Whether ``training.checkpoint_every_minutes`` have passed since the last checkpoint (or since
+        :meth:`restart_clock`) at ``now`` (``time.perf_counter`` seconds)."""
+        every_minutes = self.run.config.training.checkpoint_every_minutes
+        return every_minutes is not None and now - self.saved_at > 60 * every_minutes
+
+    def restart_clock(self) -> None:
+        """Count the minutes to the next timed checkpoint from now (the loop starts after set-up and resuming)."""
+        self.saved_at = time.perf_counter()
+
     def advice(self) -> str:
         """What a diverged run can do next: resume from the last (finite) checkpoint, or start again."""
         if self.saved_step is None:

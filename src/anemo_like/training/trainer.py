@@ -236,7 +236,7 @@ class Trainer:
         progress = Progress(cfg.training.max_steps, desc="training", initial=self.step, enabled=show, log_every=every)
         losses, result, first_step = LossWindow(self.device), None, self.step
         self.model.train()
-        self.checkpoints.saved_at = time.perf_counter()
+        self.checkpoints.restart_clock()
         with stop_requests() as preemption:
             while self.step < cfg.training.max_steps:
                 for hook in hooks:
@@ -316,8 +316,7 @@ class Trainer:
         """Checkpoint first (a validation that fails cannot lose the step's checkpoint), then validate, when the
         step is due for either; returns the validation, if one ran here."""
         training = self.config.training
-        every_minutes = training.checkpoint_every_minutes
-        timed_save = every_minutes is not None and now - self.checkpoints.saved_at > 60 * every_minutes
+        timed_save = self.checkpoints.due_by_time(now)
         if self.step % training.checkpoint_every_n_steps == 0 or last or out_of_time or timed_save:
             self.checkpoints.save(self.step)
         if not (self.step % training.val_every_n_steps == 0 or last or out_of_time):
