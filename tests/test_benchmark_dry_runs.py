@@ -1,5 +1,5 @@
 """Dry runs, at tiny sizes, of the benchmark scripts that drive whole commands: the grid scaling table, every
-command on one grid, the tracking overhead and the anchor on points from a file."""
+command on one grid, the tracking overhead, the anchor on points from a file and a big anemoi model imported."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ from anemo_like.data.grids import grid_from_name
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 ANCHOR_PYTHON = Path("/tmp/anchor/venv/bin/python")
 ANCHOR_RUN = BENCHMARKS.parents[1] / "shared" / "bench" / "anchor" / "run.py"
+needs_anchor = pytest.mark.skipif(
+    not (ANCHOR_PYTHON.exists() and ANCHOR_RUN.exists()),
+    reason="needs ../shared/bench/anchor and its venv (bash ../shared/bench/anchor/setup.sh)",
+)
 
 
 def test_scaling_dry_run_measures_one_grid_and_redraws_its_report(tmp_path) -> None:
@@ -63,10 +67,7 @@ def test_tracking_overhead_dry_run_times_runs_with_and_without_tracking() -> Non
     assert report["overhead"] == pytest.approx(report["median_wall_s_on"] / report["median_wall_s_off"] - 1, abs=1e-3)
 
 
-@pytest.mark.skipif(
-    not (ANCHOR_PYTHON.exists() and ANCHOR_RUN.exists()),
-    reason="needs ../shared/bench/anchor and its venv (bash ../shared/bench/anchor/setup.sh)",
-)
+@needs_anchor
 def test_anchor_grid_runs_the_anchor_on_points_from_a_file(tmp_path) -> None:
     """benchmarks/anchor/anchor_grid.py in the anchor's venv trains anemoi-models on the O16 points of a file."""
     grid = grid_from_name("O16")
@@ -79,3 +80,21 @@ def test_anchor_grid_runs_the_anchor_on_points_from_a_file(tmp_path) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["graph"]["data_nodes"] == grid.latitudes.size == 1600  # the file's points, not the harness's grid
     assert result["args"]["grid_kind"] == "points from O16.npz" and result["loss_finite"]
+
+
+@needs_anchor
+def test_import_big_dry_run_compares_anemoi_and_ours() -> None:
+    """benchmarks/anchor/import_big.py at tiny sizes: anemoi-models' predict_step and our import of its checkpoint,
+    the same day forecast."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "anchor" / "import_big.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = done.stdout.strip().splitlines()
+    report = json.loads(line)
+    assert report["dry_run"] and report["sizes"]["grid_points"] == 16 * 32
+    assert report["errors"]["finite"] and report["errors"]["max_rel_error"] < 1e-5
+    assert all(report[k][s] > 0 for k in ("peak_mib", "forecast_wall_s") for s in ("anemoi", "ours"))

@@ -212,27 +212,3 @@ def test_gpu_profile_dry_run_summarises_each_run(tmp_path) -> None:
     assert ours["profile"]["kernels_per_step"] == 0 and ours["profile"]["gpu_idle_fraction"] is None
     assert anchor["system"] == "anemoi-models" and "no anchor graph" in anchor["skipped"]
     assert "| S | anemo_like |" in (tmp_path / "gpu_profile.md").read_text()
-
-
-ANCHOR = BENCHMARKS.parents[1] / "shared" / "bench" / "anchor" / "run.py"
-
-
-@pytest.mark.skipif(
-    not (Path("/tmp/anchor/venv/bin/python").exists() and ANCHOR.exists()),
-    reason="needs ../shared/bench/anchor and its venv (bash ../shared/bench/anchor/setup.sh)",
-)
-def test_import_big_dry_run_compares_anemoi_and_ours() -> None:
-    """benchmarks/anchor/import_big.py at tiny sizes: anemoi-models' predict_step and our import of its checkpoint,
-    the same day forecast."""
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "anchor" / "import_big.py"), "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    [line] = done.stdout.strip().splitlines()
-    report = json.loads(line)
-    assert report["dry_run"] and report["sizes"]["grid_points"] == 16 * 32
-    assert report["errors"]["finite"] and report["errors"]["max_rel_error"] < 1e-5
-    assert all(report[k][s] > 0 for k in ("peak_mib", "forecast_wall_s") for s in ("anemoi", "ours"))
